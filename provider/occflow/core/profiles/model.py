@@ -1,0 +1,166 @@
+"""The shape of a conflict matrix: cells, and a profile that holds one matrix and its rules."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+from ..errors import UnknownOperationError
+from ..footprint import Validator
+from ..kinds import ConflictKind
+from ..operations import Operation, parse_operation
+
+
+class Effect(str, enum.Enum):
+    """What happens to the data when the later job commits."""
+
+    OVERWRITE = "overwrite"  # both succeed; the later job's result replaces the earlier's
+    APPEND = "append"  # both succeed; the later job's rows are added to the earlier result
+    APPLIED = "applied"  # both succeed; the later change applies on top of the earlier result
+    COMPACTION_COMPLETES = "compaction_completes"  # both succeed; the later compaction completes
+    LATER_FAILS = "later_fails"  # the earlier result stands; the later job fails, writes nothing
+
+
+class RuleKind(str, enum.Enum):
+    """How the reference engine validates a commit for this profile."""
+
+    OPERATION = "operation"  # MaxCompute: by the pair of operations on one table or partition
+    FOOTPRINT = "footprint"  # Delta, Iceberg: by files and partitions read, removed and added
+
+
+class OverwriteScope(str, enum.Enum):
+    """What an overwrite replaces when it commits on a newer version than it read."""
+
+    PARTITION_AT_COMMIT = "partition_at_commit"  # MaxCompute, Iceberg ReplacePartitions
+    FILES_READ = "files_read"  # Delta: removes the files it read, newer blind appends survive
+
+
+@dataclass(frozen=True)
+class Cell:
+    """Two jobs on the same non-partitioned table or partition; ``earlier`` commits first."""
+
+    earlier: Operation
+    later: Operation
+    later_fails: bool
+    exception: ConflictKind | None
+    effect: Effect
+    source: str
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if self.later_fails != (self.exception is not None):
+            raise ValueError(f"{self.earlier.value}->{self.later.value}: a failing cell needs an exception")
+        if self.later_fails != (self.effect is Effect.LATER_FAILS):
+            raise ValueError(f"{self.earlier.value}->{self.later.value}: effect disagrees with outcome")
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "earlier": self.earlier.value,
+            "later": self.later.value,
+            "later_fails": self.later_fails,
+            "exception": None if self.exception is None else self.exception.value,
+            "effect": self.effect.value,
+            "source": self.source,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A table format at one isolation level: its operations, its matrix and its commit rules."""
+
+    name: str
+    title: str
+    table_format: str
+    isolation: str
+    rules: RuleKind
+    overwrite_scope: OverwriteScope
+    sources: tuple[str, ...]
+    cells: tuple[Cell, ...]
+    description: str = ""
+    # Kinds the engine for this format can raise beyond the matrix (metadata lock, unknown state).
+    extra_kinds: tuple[ConflictKind, ...] = ()
+    # For FOOTPRINT rules: the format's commit validator (a port of its conflict checker).
+    validator: Validator | None = field(default=None, compare=False)
+    _index: dict[tuple[Operation, Operation], Cell] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        index: dict[tuple[Operation, Operation], Cell] = {}
+        for cell in self.cells:
+            key = (cell.earlier, cell.later)
+            if key in index:
+                raise ValueError(f"profile {self.name}: duplicate cell {key}")
+            index[key] = cell
+        ops = self.operations
+        missing = [(a.value, b.value) for a in ops for b in ops if (a, b) not in index]
+        if missing:
+            raise ValueError(f"profile {self.name}: matrix is missing cells {missing}")
+        if (self.rules is RuleKind.FOOTPRINT) != (self.validator is not None):
+            raise ValueError(f"profile {self.name}: footprint rules need a validator, operation rules none")
+        object.__setattr__(self, "_index", index)
+
+    @property
+    def operations(self) -> tuple[Operation, ...]:
+        seen: dict[Operation, None] = {}
+        for cell in self.cells:
+            seen.setdefault(cell.earlier)
+            seen.setdefault(cell.later)
+        return tuple(op for op in Operation if op in seen)
+
+    def operation(self, name: str | Operation) -> Operation:
+        """Parse ``name`` and check this profile knows it."""
+        op = parse_operation(name)
+        if op not in self.operations:
+            known = ", ".join(o.value for o in self.operations)
+            raise UnknownOperationError(
+                f"operation {op.value!r} is not in profile {self.name!r}; it knows: {known}"
+            )
+        return op
+
+    def cell(self, earlier: str | Operation, later: str | Operation) -> Cell:
+        return self._index[(self.operation(earlier), self.operation(later))]
+
+    def later_fails(self, earlier: str | Operation, later: str | Operation) -> bool:
+        return self.cell(earlier, later).later_fails
+
+    def conflicts(self, a: str | Operation, b: str | Operation) -> bool:
+        """Whether running ``a`` and ``b`` together on one footprint can make either fail."""
+        return self.cell(a, b).later_fails or self.cell(b, a).later_fails
+
+    def __iter__(self) -> Iterator[Cell]:
+        return iter(self.cells)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "profile": self.name,
+            "title": self.title,
+            "table_format": self.table_format,
+            "isolation": self.isolation,
+            "operations": [op.value for op in self.operations],
+            "cells": [cell.to_dict() for cell in self.cells],
+        }
+
+
+def expand_groups(
+    groups: dict[str, Sequence[Operation]],
+    rows: Iterable[tuple[str, str, ConflictKind | None, Effect, str]],
+    note: str = "",
+) -> tuple[Cell, ...]:
+    """Cells from a spec table whose rows and columns name groups (``UPDATE / DELETE``)."""
+    cells: list[Cell] = []
+    for earlier_group, later_group, exception, effect, source in rows:
+        for earlier in groups[earlier_group]:
+            for later in groups[later_group]:
+                cells.append(
+                    Cell(
+                        earlier=earlier,
+                        later=later,
+                        later_fails=exception is not None,
+                        exception=exception,
+                        effect=effect,
+                        source=source,
+                        note=note,
+                    )
+                )
+    return tuple(cells)
