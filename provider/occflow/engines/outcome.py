@@ -1,0 +1,46 @@
+"""The one outcome type every engine returns, and its JSON form (the spark-submit channel)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..core.kinds import Classification
+from ..core.operations import Operation
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """A failure as the engine raised it: outermost exception first in ``messages``."""
+
+    exception_class: str
+    messages: tuple[str, ...]
+    error_class: str | None = None
+    cause_classes: tuple[str, ...] = ()
+
+    @property
+    def text(self) -> str:
+        head = [self.exception_class] + list(self.cause_classes)
+        return "\n".join(head + list(self.messages))
+
+
+@dataclass(frozen=True)
+class WriteOutcome:
+    engine: str
+    table: str
+    operation: Operation
+    committed: bool
+    seconds: float
+    version: int | None = None
+    snapshot_id: int | None = None
+    rows: int | None = None
+    error: ErrorInfo | None = None
+    classification: Classification | None = None
+    tag: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        data: dict[str, Any] = asdict(self)
+        data["operation"] = self.operation.value
+        data["classification"] = None if self.classification is None else self.classification.to_dict()
+        return json.dumps(data, sort_keys=True)
