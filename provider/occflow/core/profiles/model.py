@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import UnknownOperationError
@@ -143,7 +143,7 @@ class Profile:
 
 
 def expand_groups(
-    groups: dict[str, Sequence[Operation]],
+    groups: Mapping[str, Sequence[Operation]],
     rows: Iterable[tuple[str, str, ConflictKind | None, Effect, str]],
     note: str = "",
 ) -> tuple[Cell, ...]:

@@ -1,0 +1,422 @@
+"""The reference MVCC/OCC commit engine: the MetaService model of specs 001/002.
+
+A table is a sequence of snapshots. A transaction starts on one, declares its operation and
+footprint, stages its changes, and commits by validating against every commit made since its
+snapshot, using its profile's rules: operation-level for MaxCompute (the matrix cell of the two
+operations, on overlapping partitions), footprint-level for Delta and Iceberg (the format's
+ported conflict checker). A transaction that conflicts with nothing but read a stale snapshot is
+rebased onto the latest version without redoing its work (meta-level retry). Validation and
+the version swap are atomic, so many threads committing at once never lose or duplicate a
+version.
+
+Data model. The logical truth is a map ``partition -> {row id: value}``; files are the physical
+layout the footprint validators reason about. Every job's change is row-level (insert rows, set
+values, delete rows), computed from its snapshot, and applied at commit on the latest version:
+which is what makes a meta-level retry correct, and what lets tests compare the committed
+history with a serial re-execution of the winners.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from .errors import CommitConflict, InvalidFootprintError, conflict_error
+from .footprint import FileRef, Footprint, PartitionKey
+from .kinds import ConflictKind, WinningCommit
+from .operations import Operation
+from .profiles import OverwriteScope, Profile, RuleKind, get_profile
+
+RowId = str
+Rows = Mapping[RowId, int]
+DELETED = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One version of a table: its rows, its files, and its metadata versions."""
+
+    version: int
+    rows: Mapping[PartitionKey, Rows]
+    files: Mapping[FileRef, frozenset[RowId]]
+    schema_version: int = 0
+    protocol_version: int = 1
+
+    def live_files(self, partition: PartitionKey) -> frozenset[FileRef]:
+        return frozenset(f for f in self.files if f.partition == partition)
+
+    def row_count(self, partition: PartitionKey | None = None) -> int:
+        if partition is not None:
+            return len(self.rows.get(partition, {}))
+        return sum(len(r) for r in self.rows.values())
+
+    @property
+    def partitions(self) -> tuple[PartitionKey, ...]:
+        return tuple(sorted(self.rows))
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One entry of the table's history."""
+
+    version: int  # the ID version: every commit, compactions included
+    time_version: float | None  # the time version: only commits that change data logically
+    txn_id: str
+    footprint: Footprint
+    read_version: int
+    rebased: bool  # committed on a newer version than it read (meta-level retry)
+    committed_at: float
+
+    @property
+    def operation(self) -> Operation:
+        return self.footprint.operation
+
+    def winner(self) -> WinningCommit:
+        return WinningCommit(version=self.version, operation=self.operation.value, tag={"txn": self.txn_id})
+
+
+@dataclass(frozen=True)
+class Change:
+    """What a transaction does to the rows of the partitions it writes."""
+
+    upserts: Mapping[PartitionKey, Rows] = field(default_factory=dict)
+    deletes: Mapping[PartitionKey, frozenset[RowId]] = field(default_factory=dict)
+    replace_partitions: frozenset[PartitionKey] = frozenset()  # overwrite / truncate
+    compact: bool = False
+
+
+def _delete_predicate(row_id: RowId) -> bool:
+    """DELETE's condition: a deterministic half of the rows, independent of their values."""
+    return hashlib.sha1(row_id.encode()).digest()[0] % 2 == 0
+
+
+class Transaction:
+    """A job on one table, started on a snapshot. Call ``commit()`` once."""
+
+    def __init__(
+        self,
+        table: ReferenceTable,
+        txn_id: str,
+        snapshot: Snapshot,
+        footprint: Footprint,
+        change: Change,
+    ) -> None:
+        self.table = table
+        self.txn_id = txn_id
+        self.snapshot = snapshot
+        self.footprint = footprint
+        self.change = change
+        self.committed: Commit | None = None
+        self.conflict: CommitConflict | None = None
+
+    @property
+    def operation(self) -> Operation:
+        return self.footprint.operation
+
+    def commit(self) -> Commit:
+        if self.committed is not None or self.conflict is not None:
+            raise RuntimeError(f"transaction {self.txn_id} already finished")
+        try:
+            self.committed = self.table._commit(self)
+        except CommitConflict as exc:
+            self.conflict = exc
+            raise
+        return self.committed
+
+
+class ReferenceTable:
+    """A table governed by one profile, with an atomic, validated commit protocol."""
+
+    def __init__(
+        self,
+        profile: str | Profile,
+        partitions: Sequence[PartitionKey] = ("",),
+        rows_per_insert: int = 2,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.profile = get_profile(profile)
+        if not partitions:
+            raise InvalidFootprintError("a table needs at least one partition ('' if unpartitioned)")
+        self._partitions = tuple(partitions)
+        self._rows_per_insert = rows_per_insert
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._files = itertools.count(1)
+        self._snapshots: list[Snapshot] = [
+            Snapshot(version=0, rows={p: {} for p in self._partitions}, files={})
+        ]
+        self._history: list[Commit] = []
+        self._last_time = 0.0
+        self.rebases = 0
+        self.validations = 0
+
+    # -- reading -------------------------------------------------------------------------
+    @property
+    def version(self) -> int:
+        return self._snapshots[-1].version
+
+    def snapshot(self, version: int | None = None) -> Snapshot:
+        return self._snapshots[-1 if version is None else version]
+
+    @property
+    def history(self) -> tuple[Commit, ...]:
+        return tuple(self._history)
+
+    def changes_since(self, version: float, by: str = "id") -> list[Commit]:
+        """Incremental read: commits after an ID version, or after a time version.
+
+        By time, compaction and clustering commits are left out: they have no time version
+        (spec 001, "Data file version management").
+        """
+        if by == "id":
+            return [c for c in self._history if c.version > version]
+        if by == "time":
+            return [c for c in self._history if c.time_version is not None and c.time_version > version]
+        raise ValueError(f"incremental reads are by 'id' or 'time', not {by!r}")
+
+    # -- writing -------------------------------------------------------------------------
+    def begin(
+        self,
+        operation: str | Operation,
+        partitions: Iterable[PartitionKey] | None = None,
+        *,
+        reads_whole_table: bool = False,
+        app_id: str | None = None,
+        app_version: int | None = None,
+        protocol_change: bool = False,
+        txn_id: str | None = None,
+    ) -> Transaction:
+        """Start a transaction on the latest snapshot and stage its changes.
+
+        ``partitions`` None means every partition of the table (a whole-table job).
+        """
+        op = self.profile.operation(operation)
+        snap = self._snapshots[-1]
+        txn_id = txn_id or f"t{next(self._ids)}"
+        written = self._partitions if partitions is None else tuple(dict.fromkeys(partitions))
+        unknown = [p for p in written if p not in self._partitions]
+        if unknown or not written:
+            raise InvalidFootprintError(
+                f"partitions {unknown or list(written)!r} are not partitions of this table "
+                f"({', '.join(repr(p) for p in self._partitions)})"
+            )
+        footprint, change = self._plan(op, snap, txn_id, written, partitions is None or reads_whole_table)
+        footprint = replace(
+            footprint,
+            app_id=app_id,
+            app_version=app_version,
+            protocol_change=protocol_change,
+            metadata_change=footprint.metadata_change or protocol_change,
+        )
+        return Transaction(self, txn_id, snap, footprint, change)
+
+    def run(self, operation: str | Operation, partitions: Iterable[PartitionKey] | None = None) -> Commit:
+        """Begin and commit at once (a job with no concurrent writer in between)."""
+        return self.begin(operation, partitions).commit()
+
+    def _new_file(self, partition: PartitionKey, txn_id: str) -> FileRef:
+        return FileRef(f"{txn_id}-f{next(self._files)}", partition)
+
+    def _plan(
+        self,
+        op: Operation,
+        snap: Snapshot,
+        txn_id: str,
+        written: Sequence[PartitionKey],
+        whole_table: bool,
+    ) -> tuple[Footprint, Change]:
+        """The canonical footprint and row change of ``op`` (docs/reference-engine.md)."""
+        write_set = frozenset(written)
+        if op is Operation.ALTER_METADATA:
+            return Footprint(op, frozenset(), frozenset(), data_change=False, metadata_change=True), Change()
+        if op is Operation.INSERT_INTO:
+            appended = frozenset(self._new_file(p, txn_id) for p in written)
+            rows_in = {p: {f"{txn_id}-{p}-{i}": 0 for i in range(self._rows_per_insert)} for p in written}
+            return (
+                Footprint(op, frozenset(), write_set, files_added=appended, blind_append=True),
+                Change(upserts=rows_in),
+            )
+        read_set = None if whole_table else write_set
+        read_parts = self._partitions if whole_table else written
+        files_read = frozenset(f for p in read_parts for f in snap.live_files(p))
+        removed = frozenset(f for f in files_read if f.partition in write_set)
+        upserts: dict[PartitionKey, dict[RowId, int]] = {}
+        deletes: dict[PartitionKey, frozenset[RowId]] = {}
+        replace_parts: frozenset[PartitionKey] = frozenset()
+        compact = False
+        if op in (Operation.INSERT_OVERWRITE, Operation.TRUNCATE):
+            replace_parts = write_set
+            if op is Operation.INSERT_OVERWRITE:
+                upserts = {p: {f"{txn_id}-{p}-{i}": 0 for i in range(self._rows_per_insert)} for p in written}
+        elif op is Operation.UPDATE:
+            upserts = {p: {r: v + 1 for r, v in snap.rows[p].items()} for p in written}
+        elif op is Operation.DELETE:
+            deletes = {p: frozenset(r for r in snap.rows[p] if _delete_predicate(r)) for p in written}
+        elif op is Operation.MERGE:
+            upserts = {
+                p: {**{r: v + 10 for r, v in snap.rows[p].items()}, f"{txn_id}-{p}-m": 0} for p in written
+            }
+        else:  # compactions: rewrite files, change no row
+            compact = True
+        # A new file wherever rows are written or removed files leave rows to carry over.
+        added = frozenset(
+            self._new_file(p, txn_id)
+            for p in written
+            if upserts.get(p)
+            or (op is not Operation.TRUNCATE and any(f.partition == p for f in removed))
+        )
+        footprint = Footprint(
+            op,
+            read_set,
+            write_set,
+            files_read=files_read,
+            files_removed=removed,
+            files_added=added,
+            data_change=op.changes_data,
+        )
+        return footprint, Change(upserts=upserts, deletes=deletes, replace_partitions=replace_parts, compact=compact)
+
+    # -- the commit protocol --------------------------------------------------------------
+    def _validate(self, txn: Transaction, winner: Commit) -> None:
+        self.validations += 1
+        mine, theirs = txn.footprint, winner.footprint
+        if self.profile.rules is RuleKind.OPERATION:
+            if not mine.overlaps(theirs):
+                return
+            cell = self.profile.cell(theirs.operation, mine.operation)
+            if cell.later_fails:
+                assert cell.exception is not None
+                raise conflict_error(
+                    cell.exception,
+                    f"{mine.operation.value} ({txn.txn_id}) lost to {theirs.operation.value} committed as "
+                    f"version {winner.version} ({cell.source})",
+                    winner.winner(),
+                )
+            return
+        assert self.profile.validator is not None
+        verdict = self.profile.validator(mine, theirs)
+        if verdict is not None:
+            kind, reason = verdict
+            raise conflict_error(
+                kind,
+                f"{mine.operation.value} ({txn.txn_id}) lost to {theirs.operation.value} committed as "
+                f"version {winner.version}: {reason}",
+                winner.winner(),
+            )
+
+    def _commit(self, txn: Transaction) -> Commit:
+        checked = txn.snapshot.version
+        while True:
+            # Validate outside the lock against what is committed now, then swap under it only
+            # if nobody committed meanwhile; otherwise validate the newcomers and try again.
+            latest = self.version
+            for winner in self._history[checked:latest]:
+                self._validate(txn, winner)
+            checked = latest
+            with self._lock:
+                if self.version != latest:
+                    continue
+                commit = self._apply(txn, latest)
+                return commit
+
+    def _apply(self, txn: Transaction, latest: int) -> Commit:
+        base = self._snapshots[-1]
+        rows = {p: dict(r) for p, r in base.rows.items()}
+        files = dict(base.files)
+        change, fp = txn.change, txn.footprint
+        scope = self.profile.overwrite_scope
+        for p in change.replace_partitions:
+            if scope is OverwriteScope.PARTITION_AT_COMMIT:
+                gone = {f for f in files if f.partition == p}
+            else:  # Delta: only the files this job read; newer blind appends survive
+                gone = {f for f in fp.files_removed if f.partition == p and f in files}
+            for f in gone:
+                for r in files.pop(f):
+                    rows[p].pop(r, None)
+        touched: dict[PartitionKey, set[RowId]] = {}
+        if self.profile.rules is RuleKind.FOOTPRINT and not change.compact:
+            # Copy-on-write (Delta, Iceberg): the files read and rewritten go; the rows they
+            # held that this job does not delete are carried into its new file.
+            for f in sorted(fp.files_removed):
+                if f in files:
+                    touched.setdefault(f.partition, set()).update(files.pop(f))
+        for p, deleted in change.deletes.items():
+            for r in deleted:
+                rows[p].pop(r, None)
+            touched.setdefault(p, set()).update(deleted)
+        for p, upserts in change.upserts.items():
+            rows[p].update(upserts)
+            touched.setdefault(p, set()).update(upserts)
+        # Rows this job wrote move to its new file; files left empty disappear (merge-on-read
+        # semantics, which is also what copy-on-write leaves once the removed files are gone).
+        for f in [f for f in files if f.partition in touched]:
+            kept = files[f] - touched[f.partition]
+            if kept:
+                files[f] = frozenset(kept)
+            else:
+                del files[f]
+        new_files = sorted(fp.files_added)
+        if change.compact:
+            for p in {f.partition for f in fp.files_removed}:
+                merged: set[RowId] = set()
+                for f in [f for f in fp.files_removed if f.partition == p and f in files]:
+                    merged |= files.pop(f)
+                target = next((f for f in new_files if f.partition == p), None)
+                if merged and target is not None:
+                    files[target] = frozenset(merged)
+        else:
+            for f in new_files:
+                written = touched.get(f.partition, set()) & set(rows[f.partition])
+                if written:
+                    files[f] = frozenset(written)
+        now = max(self._clock(), self._last_time + 1e-6)
+        data_change = fp.data_change and not fp.metadata_change
+        if data_change:
+            self._last_time = now
+        version = latest + 1
+        snap = Snapshot(
+            version=version,
+            rows=rows,
+            files=files,
+            schema_version=base.schema_version + (1 if fp.metadata_change else 0),
+            protocol_version=base.protocol_version + (1 if fp.protocol_change else 0),
+        )
+        commit = Commit(
+            version=version,
+            time_version=now if data_change else None,
+            txn_id=txn.txn_id,
+            footprint=fp,
+            read_version=txn.snapshot.version,
+            rebased=txn.snapshot.version != latest,
+            committed_at=now,
+        )
+        if commit.rebased:
+            self.rebases += 1
+        self._snapshots.append(snap)
+        self._history.append(commit)
+        return commit
+
+
+def expected_loser_kind(profile: Profile, txn: Transaction, winners: Iterable[Commit]) -> ConflictKind | None:
+    """The kind the matrix predicts for ``txn`` against ``winners`` (None: it commits).
+
+    Used by tests and the simulator: the first winner, in commit order, whose cell (or
+    footprint rule) makes this operation fail.
+    """
+    for winner in winners:
+        if profile.rules is RuleKind.OPERATION:
+            if txn.footprint.overlaps(winner.footprint):
+                cell = profile.cell(winner.operation, txn.operation)
+                if cell.later_fails:
+                    return cell.exception
+        else:
+            assert profile.validator is not None
+            verdict = profile.validator(txn.footprint, winner.footprint)
+            if verdict is not None:
+                return verdict[0]
+    return None
