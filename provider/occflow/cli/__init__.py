@@ -33,6 +33,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OccflowError as exc:
         print(f"occflow: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `occflow matrix ... | head`
+        return 0
 
 
 if __name__ == "__main__":

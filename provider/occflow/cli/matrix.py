@@ -1,0 +1,51 @@
+"""``occflow matrix PROFILE`` and ``occflow profiles``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from ..core.profiles import PROFILES, get_profile
+from ..core.render import matrix_json, matrix_markdown, matrix_table
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("matrix", help="print a profile's conflict matrix")
+    p.add_argument("profile", help=f"one of: {', '.join(PROFILES)}")
+    p.add_argument("--format", choices=["table", "json", "markdown"], default="table")
+    p.set_defaults(func=_matrix)
+
+    p = sub.add_parser("profiles", help="list the profiles")
+    p.add_argument("--format", choices=["table", "json"], default="table")
+    p.add_argument("--write-docs", metavar="DIR", help="write one Markdown page per profile into DIR")
+    p.set_defaults(func=_profiles)
+
+
+def _matrix(args: argparse.Namespace) -> int:
+    profile = get_profile(args.profile)
+    render = {"table": matrix_table, "json": matrix_json, "markdown": matrix_markdown}[args.format]
+    print(render(profile))
+    return 0
+
+
+def _profiles(args: argparse.Namespace) -> int:
+    if args.write_docs:
+        out = Path(args.write_docs)
+        out.mkdir(parents=True, exist_ok=True)
+        for profile in PROFILES.values():
+            (out / f"{profile.name}.md").write_text(matrix_markdown(profile))
+            print(f"wrote {out / (profile.name + '.md')}")
+        return 0
+    if args.format == "json":
+        print(json.dumps([
+            {"profile": p.name, "title": p.title, "table_format": p.table_format,
+             "isolation": p.isolation, "operations": [o.value for o in p.operations],
+             "failing_cells": sum(c.later_fails for c in p.cells), "cells": len(p.cells)}
+            for p in PROFILES.values()
+        ], indent=2))
+        return 0
+    for p in PROFILES.values():
+        failing = sum(c.later_fails for c in p.cells)
+        print(f"{p.name:28} {p.title} — {len(p.operations)} operations, {failing}/{len(p.cells)} cells fail the later job")
+    return 0
