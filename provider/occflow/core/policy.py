@@ -244,6 +244,10 @@ class Stop:
     def should_stop(self, attempt: int, elapsed_seconds: float) -> bool:
         raise NotImplementedError
 
+    def attempt_limit(self) -> int | None:
+        """The number of attempts after which this stops, if it stops by counting attempts."""
+        return None
+
     def to_tenacity(self) -> Any:
         raise NotImplementedError
 
@@ -285,6 +289,9 @@ class StopAfterAttempt(Stop):
 
     def should_stop(self, attempt: int, elapsed_seconds: float) -> bool:
         return attempt >= self.attempts
+
+    def attempt_limit(self) -> int | None:
+        return self.attempts
 
     def to_tenacity(self) -> Any:
         import tenacity
@@ -329,6 +336,10 @@ class StopAny(Stop):
 
     def should_stop(self, attempt: int, elapsed_seconds: float) -> bool:
         return any(part.should_stop(attempt, elapsed_seconds) for part in self.parts)
+
+    def attempt_limit(self) -> int | None:
+        limits = [limit for part in self.parts if (limit := part.attempt_limit()) is not None]
+        return min(limits) if limits else None
 
     def to_tenacity(self) -> Any:
         stops = [part.to_tenacity() for part in self.parts]
@@ -402,12 +413,20 @@ class KindPolicy:
             stage = stage.then
         return tuple(chain)
 
-    def stage_at(self, attempt: int, elapsed_seconds: float) -> KindPolicy:
-        """The stage that applies after ``attempt`` attempts and ``elapsed_seconds``."""
-        stage = self
-        while stage.then is not None and stage.stop.should_stop(attempt, elapsed_seconds):
-            stage = stage.then
-        return stage
+    def stage_at(self, attempt: int, elapsed_seconds: float) -> tuple[KindPolicy, int, int]:
+        """The stage that applies after ``attempt`` failed attempts.
+
+        Returns the stage, the attempts made inside it (what its ``stop`` counts) and the index
+        its ``wait`` uses. A chained stage counts from where the previous stage's attempt limit
+        ended, so the first reschedule after four in-task retries waits the shortest time; time
+        limits count from the first attempt.
+        """
+        stage, made, first = self, attempt, True
+        while stage.then is not None and stage.stop.should_stop(made, elapsed_seconds):
+            limit = stage.stop.attempt_limit()
+            made = max(0, made - limit) if limit is not None else 0
+            stage, first = stage.then, False
+        return stage, made, made if first else made + 1
 
     def describe(self) -> str:
         parts = []
@@ -556,7 +575,11 @@ class Situation:
 
     @property
     def winners_text(self) -> str:
-        return ", ".join(op.value for op in self.winners) if self.winners else "no cell of the matrix"
+        if self.winners:
+            return ", ".join(op.value for op in self.winners)
+        if self.kind in self.profile.extra_kinds:
+            return f"a concurrent job ({self.profile.table_format} reports it outside the matrix)"
+        return f"a writer the {self.profile.name} matrix does not expect for {self.operation.value}"
 
     @property
     def in_task_retry_is_safe(self) -> bool:
@@ -673,11 +696,11 @@ class WritePolicy:
         """
         kind = classification.kind
         policy = self.for_kind(kind)
-        stage = policy.stage_at(attempt, elapsed_seconds)
-        if stage.action.retries_the_write and stage.stop.should_stop(attempt, elapsed_seconds):
+        stage, made, index = policy.stage_at(attempt, elapsed_seconds)
+        if stage.action.retries_the_write and stage.stop.should_stop(made, elapsed_seconds):
             # The last stage ran out without a ``then``: nothing left but failing.
             return Decision(Action.FAIL, 0.0, f"{kind.value}: gave up after {attempt} attempts", kind, attempt)
-        delay = stage.wait.seconds(attempt, rng) if stage.action.retries_the_write else 0.0
+        delay = stage.wait.seconds(index, rng) if stage.action.retries_the_write else 0.0
         reason = f"{kind.value}: {stage.reason or policy.reason}"
         return Decision(stage.action, round(delay, 3), reason, kind, attempt)
 
