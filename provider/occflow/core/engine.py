@@ -87,6 +87,9 @@ class Change:
     deletes: Mapping[PartitionKey, frozenset[RowId]] = field(default_factory=dict)
     replace_partitions: frozenset[PartitionKey] = frozenset()  # overwrite / truncate
     compact: bool = False
+    # The rows a compaction read: under operation-level rules it compacts whatever files hold
+    # them at commit (smart resolution), even if a concurrent job moved them meanwhile.
+    compacted_rows: Mapping[PartitionKey, frozenset[RowId]] = field(default_factory=dict)
 
 
 def _delete_predicate(row_id: RowId) -> bool:
@@ -279,7 +282,15 @@ class ReferenceTable:
             files_added=added,
             data_change=op.changes_data,
         )
-        return footprint, Change(upserts=upserts, deletes=deletes, replace_partitions=replace_parts, compact=compact)
+        compacted = {p: frozenset(snap.rows[p]) for p in written} if compact else {}
+        change = Change(
+            upserts=upserts,
+            deletes=deletes,
+            replace_partitions=replace_parts,
+            compact=compact,
+            compacted_rows=compacted,
+        )
+        return footprint, change
 
     # -- the commit protocol --------------------------------------------------------------
     def _validate(self, txn: Transaction, winner: Commit) -> None:
@@ -362,9 +373,16 @@ class ReferenceTable:
                 del files[f]
         new_files = sorted(fp.files_added)
         if change.compact:
-            for p in {f.partition for f in fp.files_removed}:
+            operation_rules = self.profile.rules is RuleKind.OPERATION
+            for p in {f.partition for f in fp.files_added}:
                 merged: set[RowId] = set()
-                for f in [f for f in fp.files_removed if f.partition == p and f in files]:
+                targets = [
+                    f
+                    for f in files
+                    if f.partition == p
+                    and (f in fp.files_removed or (operation_rules and files[f] & change.compacted_rows[p]))
+                ]
+                for f in targets:
                     merged |= files.pop(f)
                 target = next((f for f in new_files if f.partition == p), None)
                 if merged and target is not None:
