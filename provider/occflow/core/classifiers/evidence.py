@@ -1,0 +1,173 @@
+"""Turn whatever a caller hands to ``classify`` into frames: one per exception in its chain.
+
+Pure Python and duck-typed, so ``occflow.core`` imports neither py4j, PySpark, deltalake nor the
+engines package. It understands:
+
+- Python exceptions and their ``__cause__`` / ``__context__`` chain;
+- py4j's ``Py4JJavaError`` (``java_exception`` with ``getClass().getName()``, ``getMessage()``,
+  ``getCause()``) and PySpark's ``CapturedException`` (``getErrorClass()``/``getCondition()``,
+  ``desc``, ``stackTrace``, ``cause``);
+- an ``ErrorInfo``-like record from the spark-submit outcome channel (``exception_class``,
+  ``error_class``, ``messages``, ``cause_classes``);
+- plain text (a message, a stack trace, a driver log tail, a Databricks run error).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+# A JVM chain is rarely deeper than ~10; the cap guards against cycles the id set cannot see
+# (py4j hands out a new proxy object for the same Java throwable on every call).
+MAX_DEPTH = 32
+# Log tails can be long; the conflict is reported near the end, so keep the tail.
+MAX_TEXT = 1_000_000
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One exception in a chain, outermost first."""
+
+    classes: tuple[str, ...]  # qualified class names, most specific first
+    error_class: str | None
+    message: str
+
+
+def _call(obj: Any, name: str) -> Any:
+    """Call a zero-argument method if it exists; a dead py4j gateway or a missing method gives None."""
+    method = getattr(obj, name, None)
+    if not callable(method):
+        return None
+    try:
+        return method()
+    except Exception:  # noqa: BLE001 - a failing bridge must not break classification
+        return None
+
+
+def _java_frames(throwable: Any, frames: list[Frame]) -> None:
+    """Walk a py4j JavaObject throwable through ``getCause()``."""
+    current = throwable
+    while current is not None and len(frames) < MAX_DEPTH:
+        cls = _call(current, "getClass")
+        name = _call(cls, "getName") if cls is not None else None
+        message = _call(current, "getMessage")
+        error_class = _call(current, "getErrorClass")
+        frames.append(
+            Frame(
+                classes=(str(name),) if name else (),
+                error_class=str(error_class) if error_class else None,
+                message=str(message) if message else "",
+            )
+        )
+        cause = _call(current, "getCause")
+        if cause is None or cause is current:
+            break
+        current = cause
+
+
+def _python_class_names(error: BaseException) -> tuple[str, ...]:
+    names = []
+    for cls in type(error).__mro__:
+        if cls is BaseException or cls is object:
+            break
+        names.append(f"{cls.__module__}.{cls.__qualname__}")
+    return tuple(names)
+
+
+def _python_error_class(error: BaseException) -> str | None:
+    for name in ("getCondition", "getErrorClass"):
+        value = _call(error, name)
+        if isinstance(value, str) and value:
+            return value
+    # PyODPS keeps the ODPS code (or a tunnel error code) on ``code``.
+    code = getattr(error, "code", None)
+    if isinstance(code, str) and code:
+        return code
+    return None
+
+
+def _safe_str(error: object) -> str:
+    try:
+        return str(error)
+    except Exception:  # noqa: BLE001 - str() of a py4j error calls into the JVM
+        return ""
+
+
+def _exception_frames(error: BaseException, frames: list[Frame]) -> None:
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen and len(frames) < MAX_DEPTH:
+        seen.add(id(current))
+        frames.append(
+            Frame(
+                classes=_python_class_names(current),
+                error_class=_python_error_class(current),
+                message=_safe_str(current),
+            )
+        )
+        java = getattr(current, "java_exception", None)  # py4j.protocol.Py4JJavaError
+        if java is not None:
+            _java_frames(java, frames)
+        desc = getattr(current, "desc", None)  # pyspark CapturedException
+        if isinstance(desc, str) and desc and desc not in frames[-1].message:
+            frames.append(Frame(classes=(), error_class=None, message=desc))
+        trace = getattr(current, "stackTrace", None)
+        if isinstance(trace, str) and trace:
+            frames.append(Frame(classes=(), error_class=None, message=trace))
+        java_cause = getattr(current, "cause", None)
+        if callable(getattr(java_cause, "getClass", None)) and not isinstance(java_cause, BaseException):
+            _java_frames(java_cause, frames)
+        nxt = current.__cause__
+        if nxt is None and not current.__suppress_context__:
+            nxt = current.__context__
+        current = nxt
+
+
+def _error_info_frames(info: Any, frames: list[Frame]) -> None:
+    messages = tuple(str(m) for m in (getattr(info, "messages", ()) or ()))
+    frames.append(
+        Frame(
+            classes=(str(info.exception_class),),
+            error_class=str(info.error_class) if getattr(info, "error_class", None) else None,
+            message="\n".join(messages),
+        )
+    )
+    for name in getattr(info, "cause_classes", ()) or ():
+        frames.append(Frame(classes=(str(name),), error_class=None, message=""))
+
+
+def is_error_info(value: object) -> bool:
+    return (
+        not isinstance(value, (str, BaseException))
+        and isinstance(getattr(value, "exception_class", None), str)
+        and hasattr(value, "messages")
+    )
+
+
+def frames_of(error: object) -> list[Frame]:
+    """The chain of ``error`` as frames; raises TypeError for things that are not an error."""
+    frames: list[Frame] = []
+    if isinstance(error, str):
+        frames.append(Frame(classes=(), error_class=None, message=error[-MAX_TEXT:]))
+    elif isinstance(error, BaseException):
+        _exception_frames(error, frames)
+    elif is_error_info(error):
+        _error_info_frames(error, frames)
+    elif getattr(error, "java_exception", None) is not None or callable(getattr(error, "getCause", None)):
+        _java_frames(getattr(error, "java_exception", error), frames)
+    else:
+        raise TypeError(
+            "classify() takes an exception, the text of one, or an ErrorInfo-like record "
+            "(exception_class, error_class, messages, cause_classes); "
+            f"got {type(error).__module__}.{type(error).__qualname__}"
+        )
+    return frames
+
+
+# "pkg.Class: message" (Throwable.toString, Python tracebacks, "Caused by: ...") or a class alone
+# at the end of a line. A bare simple name ("ConcurrentModificationException in HashMap") is not
+# a qualified class and never matches.
+QUALIFIED_CLASS_IN_TEXT = re.compile(r"(?<![\w.$])((?:[A-Za-z_][\w$]*\.)+[A-Z][\w$]*)(?=:|[ \t]*$)", re.M)
+# "[DELTA_CONCURRENT_APPEND]" or "[DELTA_CONCURRENT_APPEND.WITH_PARTITION_HINT]" as Spark prints them.
+ERROR_CLASS_IN_TEXT = re.compile(r"\[([A-Z][A-Z0-9_]{2,})((?:\.[A-Z0-9_]+)?)\]")

@@ -1,0 +1,287 @@
+"""Conflict markers as data: each row says what to look for, what it means, and where the text is from.
+
+A marker is anchored to something an engine emits verbatim — a fully qualified exception class, an
+error class, or an exact message template — never to a loose word such as "conflict" or
+"concurrent". Rows are expanded from the small tables below; precedence between kinds (when one
+error's chain holds evidence of several) is ``PRECEDENCE``.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+
+from ..kinds import ConflictKind
+
+K = ConflictKind
+
+
+class Evidence(str, enum.Enum):
+    """Where in an error a marker is looked for."""
+
+    CLASS = "class"  # a fully qualified exception class in the chain (or "pkg.Class: msg" in text)
+    ERROR_CLASS = "error_class"  # an engine error class / code, structured or as "[CLASS.SUB]" in text
+    MESSAGE = "message"  # a regular expression built from an exact message template
+
+
+@dataclass(frozen=True)
+class Marker:
+    kind: ConflictKind
+    engine: str
+    evidence: Evidence
+    value: str
+    source: str
+
+
+# Sources, named once so each row can cite them.
+DELTA_JSON = "delta-io/delta spark/src/main/resources/error/delta-error-classes.json (Delta 3.x-4.0 templates)"
+DELTA_41 = (
+    "Delta error conditions with sub-classes and 'Transaction conflict detected' text "
+    "(docs.databricks.com/error-messages/delta-concurrent-*-error-class, the format after Delta 4.1)"
+)
+DELTA_PY = "delta-io/delta python/delta/exceptions/captured.py (Python classes, no shared conflict base)"
+DELTA_JAVA = "delta-io/delta io.delta.exceptions / org.apache.spark.sql.delta (DeltaErrors.scala)"
+DELTA_RS_CONFLICT = "delta-io/delta-rs crates/core/src/kernel/transaction/conflict_checker.rs CommitConflictError"
+DELTA_RS_TXN = "delta-io/delta-rs crates/core/src/kernel/transaction/mod.rs TransactionError"
+DELTA_RS_TABLE = "delta-io/delta-rs crates/core/src/errors.rs DeltaTableError::VersionAlreadyExists"
+ICEBERG_EXC = "apache/iceberg api/src/main/java/org/apache/iceberg/exceptions/"
+ICEBERG_MSP = "apache/iceberg core/src/main/java/org/apache/iceberg/MergingSnapshotProducer.java"
+ICEBERG_MFM = "apache/iceberg core/src/main/java/org/apache/iceberg/ManifestFilterManager.java"
+ODPS_0110061 = "MaxCompute error code doc ODPS-0110061 (alibabacloud.com/help/en/maxcompute/user-guide/odps-0110061)"
+ODPS_0121096 = "MaxCompute error code doc ODPS-0121096 (help.aliyun.com/en/maxcompute/user-guide/odps-0121096)"
+PYODPS_TUNNEL = "aliyun/aliyun-odps-python-sdk odps/tunnel/errors.py MetaTransactionFailed (retried by tabletunnel.py)"
+
+# Delta's conflict exceptions: the same simple names in the Java packages and the Python modules.
+_DELTA_CLASSES: tuple[tuple[str, ConflictKind], ...] = (
+    ("ConcurrentAppendException", K.CONCURRENT_APPEND),
+    ("ConcurrentDeleteReadException", K.CONCURRENT_DELETE_READ),
+    ("ConcurrentDeleteDeleteException", K.CONCURRENT_DELETE_DELETE),
+    ("MetadataChangedException", K.METADATA_CHANGED),
+    ("ProtocolChangedException", K.PROTOCOL_CHANGED),
+    ("ConcurrentTransactionException", K.CONCURRENT_TRANSACTION),
+    ("ConcurrentWriteException", K.CONCURRENT_WRITE),
+    # The common Java base; raised on its own only for conflicts without a finer class.
+    ("DeltaConcurrentModificationException", K.CONCURRENT_WRITE),
+)
+_DELTA_JAVA_PACKAGES = ("io.delta.exceptions", "org.apache.spark.sql.delta")
+# delta-spark's Python classes live in several modules across versions; none share a conflict base.
+_DELTA_PYTHON_MODULES = (
+    "delta.exceptions",
+    "delta.exceptions.captured",
+    "delta.exceptions.base",
+    "delta.connect.exceptions",
+)
+
+_DELTA_ERROR_CLASSES: tuple[tuple[str, ConflictKind], ...] = (
+    ("DELTA_CONCURRENT_APPEND", K.CONCURRENT_APPEND),
+    ("DELTA_CONCURRENT_DELETE_READ", K.CONCURRENT_DELETE_READ),
+    ("DELTA_CONCURRENT_DELETE_DELETE", K.CONCURRENT_DELETE_DELETE),
+    ("DELTA_METADATA_CHANGED", K.METADATA_CHANGED),
+    ("DELTA_PROTOCOL_CHANGED", K.PROTOCOL_CHANGED),
+    ("DELTA_CONCURRENT_TRANSACTION", K.CONCURRENT_TRANSACTION),
+    ("DELTA_CONCURRENT_WRITE", K.CONCURRENT_WRITE),
+    ("DELTA_MAX_COMMIT_RETRIES_EXCEEDED", K.COMMIT_RETRIES_EXHAUSTED),
+)
+
+# Message templates, "<param>" placeholders turned into regular expressions.
+_DELTA_TEMPLATES: tuple[tuple[ConflictKind, str, str], ...] = (
+    # Before Delta 4.1 (and, without the "XxxException: " prefix, before 3.0).
+    (K.CONCURRENT_APPEND, r"Files were added to .{1,2000}? by a concurrent update\.", DELTA_JSON),
+    (
+        K.CONCURRENT_DELETE_READ,
+        r"This transaction attempted to read one or more files that were deleted "
+        r"\(for example .{0,2000}?\) by a concurrent update\.",
+        DELTA_JSON,
+    ),
+    (
+        K.CONCURRENT_DELETE_DELETE,
+        r"This transaction attempted to delete one or more files that were deleted "
+        r"\(for example .{0,2000}?\) by a concurrent update\.",
+        DELTA_JSON,
+    ),
+    (
+        K.METADATA_CHANGED,
+        r"The metadata of the Delta table (?:\S+ )?has been changed by a concurrent update\.",
+        DELTA_JSON,
+    ),
+    (
+        K.PROTOCOL_CHANGED,
+        r"The protocol version of the Delta table has been changed by a concurrent update\.",
+        DELTA_JSON,
+    ),
+    (
+        K.CONCURRENT_TRANSACTION,
+        r"This error occurs when multiple streaming queries are using the same checkpoint to write "
+        r"into this table\.",
+        DELTA_JSON,
+    ),
+    (
+        K.CONCURRENT_WRITE,
+        r"A concurrent transaction has written new data since the current transaction read the table\.",
+        DELTA_JSON,
+    ),
+    (
+        K.COMMIT_RETRIES_EXHAUSTED,
+        r"This commit has failed as it has been tried \d+ times but did not succeed\.",
+        DELTA_JSON,
+    ),
+    # After Delta 4.1: one sentence per error class, the sub-class gives the detail.
+    (
+        K.CONCURRENT_APPEND,
+        r"Transaction conflict detected\. A concurrent .{1,200}? added data to table .{1,1000}? "
+        r"committed at version \d+",
+        DELTA_41,
+    ),
+    (
+        K.CONCURRENT_DELETE_READ,
+        r"Transaction conflict detected, a concurrent .{1,200}? deleted data from table .{1,1000}? "
+        r"\(committed at version \d+\) that this transaction read\.",
+        DELTA_41,
+    ),
+    (
+        K.CONCURRENT_DELETE_DELETE,
+        r"Transaction conflict detected, a concurrent .{1,200}? deleted data from table .{1,1000}? "
+        r"\(committed at version \d+\) that this transaction attempted to delete\.",
+        DELTA_41,
+    ),
+)
+
+# delta-rs wraps every CommitConflictError in TransactionError "Failed to commit transaction: {0}",
+# so each template is anchored on that prefix.
+_DELTA_RS_PREFIX = r"Failed to commit transaction: "
+_DELTA_RS_TEMPLATES: tuple[tuple[ConflictKind, str, str], ...] = (
+    (
+        K.CONCURRENT_APPEND,
+        _DELTA_RS_PREFIX + r"Commit failed: a concurrent transactions added new data\.",
+        DELTA_RS_CONFLICT,
+    ),
+    (
+        K.CONCURRENT_DELETE_READ,
+        _DELTA_RS_PREFIX + r"Commit failed: a concurrent transaction deleted data this operation read\.",
+        DELTA_RS_CONFLICT,
+    ),
+    (
+        K.CONCURRENT_DELETE_DELETE,
+        _DELTA_RS_PREFIX
+        + r"Commit failed: a concurrent transaction deleted the same data your transaction deletes\.",
+        DELTA_RS_CONFLICT,
+    ),
+    (K.METADATA_CHANGED, _DELTA_RS_PREFIX + r"Metadata changed since last commit\.", DELTA_RS_CONFLICT),
+    (K.CONCURRENT_TRANSACTION, _DELTA_RS_PREFIX + r"Concurrent transaction failed\.", DELTA_RS_CONFLICT),
+    (K.PROTOCOL_CHANGED, _DELTA_RS_PREFIX + r"Protocol changed since last commit: ", DELTA_RS_CONFLICT),
+    # TransactionError::MaxCommitAttempts(i32) renders as the bare number of attempts.
+    (
+        K.COMMIT_RETRIES_EXHAUSTED,
+        r"(?m)(?:^|CommitFailedError: )" + _DELTA_RS_PREFIX + r"\d+[ \t]*$",
+        DELTA_RS_TXN,
+    ),
+    (K.CONCURRENT_WRITE, r"Tried committing existing table version: \d+", DELTA_RS_TXN),
+    (K.CONCURRENT_WRITE, r"Delta transaction failed, version \d+ already exists\.", DELTA_RS_TABLE),
+)
+
+_ICEBERG_CLASSES: tuple[tuple[str, ConflictKind], ...] = (
+    ("org.apache.iceberg.exceptions.CommitStateUnknownException", K.COMMIT_STATE_UNKNOWN),
+    ("org.apache.iceberg.exceptions.CommitFailedException", K.COMMIT_FAILED),
+)
+
+# ValidationException is also raised for plain user errors, so only these templates count.
+_ICEBERG_TEMPLATES: tuple[tuple[ConflictKind, str, str], ...] = (
+    (K.VALIDATION_CONFLICT, r"Found conflicting files that can contain records matching ", ICEBERG_MSP),
+    (
+        K.VALIDATION_CONFLICT,
+        r"Found new conflicting delete files that can apply to records matching ",
+        ICEBERG_MSP,
+    ),
+    (
+        K.VALIDATION_CONFLICT,
+        r"Found conflicting deleted files that can (?:contain|apply to) records matching ",
+        ICEBERG_MSP,
+    ),
+    (K.VALIDATION_CONFLICT, r"Cannot commit, missing data files: ", ICEBERG_MSP),
+    (
+        K.VALIDATION_CONFLICT,
+        r"Cannot commit, found new (?:position )?delete for replaced data file: ",
+        ICEBERG_MSP,
+    ),
+    (K.VALIDATION_CONFLICT, r"Missing required files to delete: ", ICEBERG_MFM),
+    # The text CommitStateUnknownException puts after the cause, for logs that lost the class.
+    (
+        K.COMMIT_STATE_UNKNOWN,
+        r"Cannot determine whether the commit was successful or not, the underlying data files may "
+        r"or may not be needed\.",
+        ICEBERG_EXC + "CommitStateUnknownException.java",
+    ),
+)
+
+_MAXCOMPUTE_TEMPLATES: tuple[tuple[ConflictKind, str, str], ...] = (
+    # ODPS-0110061 alone is any failed DDL task (e.g. schema evolution disabled): only with the
+    # inner ODPS-0429311 "Transaction aborted" is it an OCC conflict.
+    (
+        K.OPERATION_CONFLICT,
+        r"(?s)ODPS-0110061\s*:.{0,400}?ODPS-0429311\s*:\s*Transaction aborted",
+        ODPS_0110061,
+    ),
+    (K.METADATA_LOCK_CONFLICT, r"ODPS-0121096\s*:\s*MetaStore transaction conflict", ODPS_0121096),
+)
+
+
+def _rows() -> tuple[Marker, ...]:
+    rows: list[Marker] = []
+    for name, kind in _DELTA_CLASSES:
+        for package in _DELTA_JAVA_PACKAGES:
+            rows.append(Marker(kind, "delta-spark", Evidence.CLASS, f"{package}.{name}", DELTA_JAVA))
+        for module in _DELTA_PYTHON_MODULES:
+            rows.append(Marker(kind, "delta-spark", Evidence.CLASS, f"{module}.{name}", DELTA_PY))
+    for error_class, kind in _DELTA_ERROR_CLASSES:
+        rows.append(Marker(kind, "delta-spark", Evidence.ERROR_CLASS, error_class, DELTA_JSON))
+    for kind, pattern, source in _DELTA_TEMPLATES:
+        rows.append(Marker(kind, "delta-spark", Evidence.MESSAGE, pattern, source))
+    for kind, pattern, source in _DELTA_RS_TEMPLATES:
+        rows.append(Marker(kind, "delta-rs", Evidence.MESSAGE, pattern, source))
+    for name, kind in _ICEBERG_CLASSES:
+        rows.append(Marker(kind, "iceberg", Evidence.CLASS, name, ICEBERG_EXC + name.rsplit(".", 1)[1] + ".java"))
+    for kind, pattern, source in _ICEBERG_TEMPLATES:
+        rows.append(Marker(kind, "iceberg", Evidence.MESSAGE, pattern, source))
+    for kind, pattern, source in _MAXCOMPUTE_TEMPLATES:
+        rows.append(Marker(kind, "maxcompute", Evidence.MESSAGE, pattern, source))
+    rows.append(Marker(K.METADATA_LOCK_CONFLICT, "maxcompute", Evidence.ERROR_CLASS, "ODPS-0121096", ODPS_0121096))
+    rows.append(
+        Marker(
+            K.METADATA_LOCK_CONFLICT,
+            "maxcompute",
+            Evidence.CLASS,
+            "odps.tunnel.errors.MetaTransactionFailed",
+            PYODPS_TUNNEL,
+        )
+    )
+    rows.append(
+        Marker(K.METADATA_LOCK_CONFLICT, "maxcompute", Evidence.ERROR_CLASS, "MetaTransactionFailed", PYODPS_TUNNEL)
+    )
+    return tuple(rows)
+
+
+MARKERS: tuple[Marker, ...] = _rows()
+
+# When one chain holds evidence of several kinds, the kind that is least safe to retry wins:
+# an unknown commit state or a protocol change must never be retried because a wrapper or a
+# cause also looked like an ordinary conflict.
+PRECEDENCE: tuple[ConflictKind, ...] = (
+    K.COMMIT_STATE_UNKNOWN,
+    K.PROTOCOL_CHANGED,
+    K.CONCURRENT_TRANSACTION,
+    K.COMMIT_RETRIES_EXHAUSTED,
+    K.METADATA_CHANGED,
+    K.CONCURRENT_DELETE_DELETE,
+    K.CONCURRENT_DELETE_READ,
+    K.CONCURRENT_APPEND,
+    K.VALIDATION_CONFLICT,
+    K.OPERATION_CONFLICT,
+    K.METADATA_LOCK_CONFLICT,
+    K.CONCURRENT_WRITE,
+    K.COMMIT_FAILED,
+)
+
+COMPILED: dict[str, re.Pattern[str]] = {
+    m.value: re.compile(m.value) for m in MARKERS if m.evidence is Evidence.MESSAGE
+}
