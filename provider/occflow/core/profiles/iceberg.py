@@ -1,5 +1,461 @@
-"""Apache Iceberg profiles (filled in by the Iceberg matrix work)."""
+"""Apache Iceberg profiles: Spark 3.5 writes on Iceberg 1.10 at each row-level isolation level.
 
-from .model import Profile
+``iceberg-serializable`` and ``iceberg-snapshot`` are the two values of Iceberg's
+``write.delete.isolation-level`` / ``write.update.isolation-level`` /
+``write.merge.isolation-level`` table properties (default ``serializable``; Iceberg's
+``IsolationLevel`` javadoc: serializable fails an UPDATE/DELETE/MERGE when a concurrent commit
+adds a file that may hold rows matching its condition, snapshot lets it commit).
 
-PROFILES: tuple[Profile, ...] = ()
+How each operation commits from Spark, read from the Iceberg 1.10 source and checked against the
+bytecode of ``iceberg-spark-runtime-3.5_2.12-1.10.2.jar``:
+
+- ``insert_into``: ``SparkWrite.BatchAppend`` -> ``MergeAppend`` (``AppendFiles``); no
+  ``validate()``. Snapshot operation ``append``.
+- ``insert_overwrite``: ``SparkWrite.DynamicOverwrite`` -> ``BaseReplacePartitions``, which drops
+  the partitions of its new files *at commit*. It validates only when the ``isolation-level``
+  *write option* is set (``SparkWriteConf.isolationLevel()`` reads no table property), which SQL
+  ``INSERT OVERWRITE`` cannot set, so by default it never fails. Snapshot operation ``overwrite``.
+- ``truncate`` (``DELETE FROM t WHERE <whole partitions>``, ``TRUNCATE TABLE``): Spark's
+  metadata-only delete, ``SparkTable.deleteWhere`` -> ``StreamingDelete.deleteFromRowFilter``;
+  no validation, deletes whatever matches the filter at commit. Snapshot operation ``delete``.
+- ``update`` / ``delete`` / ``merge``: copy-on-write (the default ``write.*.mode``),
+  ``SparkWrite.CopyOnWriteOperation`` -> ``BaseOverwriteFiles`` deleting the files its scan read,
+  with the scan's filter as ``conflictDetectionFilter``. SERIALIZABLE calls
+  ``validateNoConflictingData()`` and ``validateNoConflictingDeletes()``, SNAPSHOT only the latter;
+  both set ``failMissingDeletePaths()``. Snapshot operation ``overwrite`` (``delete`` when it adds
+  no file).
+- ``optimize``: ``rewrite_data_files`` -> ``BaseRewriteFiles``: ``failMissingDeletePaths()`` and
+  ``validateNoNewDeletesForDataFiles``; snapshot operation ``replace``. The Spark action rethrows
+  a failure as ``RuntimeException("Cannot commit rewrite because of a ValidationException ...")``
+  with the ``ValidationException`` as cause.
+- ``alter_metadata``: ``SparkCatalog.alterTable`` commits an ``UpdateSchema`` /
+  ``UpdateProperties`` through a table ``Transaction``, which refreshes and replays on
+  ``CommitFailedException``; it writes no snapshot and data commits do not check the schema.
+
+Which newer snapshots each check looks at (``MergingSnapshotProducer``):
+``validateAddedDataFiles`` -> ``append`` and ``overwrite`` (so compactions, ``replace``, never
+count as new data); ``validateDeletedDataFiles`` -> ``overwrite``, ``replace`` and ``delete``.
+Any other failure to swap the metadata pointer is a ``CommitFailedException`` that
+``SnapshotProducer.commit`` retries (``commit.retry.num-retries``, default 4) on the refreshed
+table, re-running ``validate()``; a ``CommitStateUnknownException`` is never retried. Both stay
+outside the matrix (``extra_kinds``).
+
+Merge-on-read (``write.*.mode=merge-on-read``, ``SparkPositionDeltaWrite`` -> ``BaseRowDelta``) is
+not modelled: the footprint has no delete files. Its differences are in the cells' notes.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import UnknownOperationError
+from ..footprint import FileRef, Footprint, Validator
+from ..kinds import ConflictKind
+from ..operations import Operation as Op
+from .model import Cell, Effect, OverwriteScope, Profile, RuleKind
+
+
+class IsolationLevel(str, enum.Enum):
+    """``org.apache.iceberg.IsolationLevel``, as set by ``write.<command>.isolation-level``."""
+
+    SERIALIZABLE = "serializable"
+    SNAPSHOT = "snapshot"
+
+
+class CommitApi(str, enum.Enum):
+    """The Iceberg table operation a Spark job commits through."""
+
+    APPEND_FILES = "AppendFiles"
+    REPLACE_PARTITIONS = "ReplacePartitions"
+    DELETE_FILES = "DeleteFiles.deleteFromRowFilter"
+    OVERWRITE_FILES = "OverwriteFiles (copy-on-write)"
+    REWRITE_FILES = "RewriteFiles"
+    TABLE_METADATA = "Transaction (UpdateSchema / UpdateProperties)"
+
+
+#: How Spark 3.5 commits each canonical operation on an Iceberg table (module docstring).
+COMMIT_API: dict[Op, CommitApi] = {
+    Op.INSERT_INTO: CommitApi.APPEND_FILES,
+    Op.INSERT_OVERWRITE: CommitApi.REPLACE_PARTITIONS,
+    Op.TRUNCATE: CommitApi.DELETE_FILES,
+    Op.UPDATE: CommitApi.OVERWRITE_FILES,
+    Op.DELETE: CommitApi.OVERWRITE_FILES,
+    Op.MERGE: CommitApi.OVERWRITE_FILES,
+    Op.OPTIMIZE: CommitApi.REWRITE_FILES,
+    Op.ALTER_METADATA: CommitApi.TABLE_METADATA,
+}
+
+# Iceberg's DataOperations: the ``operation`` a snapshot records.
+APPEND, OVERWRITE, DELETE, REPLACE = "append", "overwrite", "delete", "replace"
+
+
+def snapshot_operation(footprint: Footprint) -> str | None:
+    """The operation of the snapshot a commit writes; ``None``: it writes no snapshot."""
+    api = _api(footprint)
+    if api is CommitApi.TABLE_METADATA:
+        return None
+    if api is CommitApi.APPEND_FILES:
+        return APPEND
+    if api is CommitApi.REPLACE_PARTITIONS:
+        return OVERWRITE
+    if api is CommitApi.DELETE_FILES:
+        return DELETE
+    if api is CommitApi.REWRITE_FILES:
+        return REPLACE
+    # BaseOverwriteFiles.operation(): by what it adds and removes.
+    if footprint.files_removed and not footprint.files_added:
+        return DELETE
+    if footprint.files_added and not footprint.files_removed:
+        return APPEND
+    return OVERWRITE
+
+
+class Looks(str, enum.Enum):
+    """Which files of a newer snapshot a check inspects."""
+
+    ADDED_IN_SCOPE = "added"  # data files it added within the committing job's filter
+    REMOVED_IN_SCOPE = "removed"  # data files it removed within the committing job's filter
+    REMOVED_OF_MINE = "mine"  # data files it removed that the committing job also removes
+
+
+@dataclass(frozen=True)
+class Check:
+    """One Iceberg commit validation: where it lives, what it says, what it inspects."""
+
+    method: str
+    message: str
+    looks: Looks
+    snapshot_operations: frozenset[str] | None  # newer snapshots it considers; None: all
+
+    def finds(self, current: Footprint, winner: Footprint) -> tuple[FileRef, ...]:
+        """The winner's files that make ``current`` fail this check (empty: it passes)."""
+        operation = snapshot_operation(winner)
+        if operation is None:
+            return ()
+        if self.snapshot_operations is not None and operation not in self.snapshot_operations:
+            return ()
+        if self.looks is Looks.ADDED_IN_SCOPE:
+            candidates = winner.files_added
+        elif self.looks is Looks.REMOVED_IN_SCOPE:
+            candidates = winner.files_removed
+        else:
+            return tuple(sorted(winner.files_removed & current.files_removed))
+        # The conflict detection filter is the scan's filter: its partitions, or the whole table.
+        scope = current.read_partitions
+        return tuple(sorted(f for f in candidates if scope is None or f.partition in scope))
+
+    def reason(self, current: Footprint, files: tuple[FileRef, ...]) -> str:
+        scope = current.read_partitions
+        where = "true (whole table)" if scope is None else ", ".join(sorted(scope)) or "''"
+        paths = ", ".join(f.path for f in files)
+        return f"{self.method}: {self.message.format(filter=where)}: [{paths}]"
+
+
+ADDED_DATA_FILES = Check(
+    method="MergingSnapshotProducer.validateAddedDataFiles",
+    message="Found conflicting files that can contain records matching {filter}",
+    looks=Looks.ADDED_IN_SCOPE,
+    snapshot_operations=frozenset({APPEND, OVERWRITE}),
+)
+DELETED_DATA_FILES = Check(
+    method="MergingSnapshotProducer.validateDeletedDataFiles",
+    message="Found conflicting deleted files that can contain records matching {filter}",
+    looks=Looks.REMOVED_IN_SCOPE,
+    snapshot_operations=frozenset({OVERWRITE, REPLACE, DELETE}),
+)
+MISSING_FILES_TO_DELETE = Check(
+    method="ManifestFilterManager.filterManifests (failMissingDeletePaths)",
+    message="Missing required files to delete",
+    looks=Looks.REMOVED_OF_MINE,
+    snapshot_operations=None,
+)
+
+# What each commit path validates, in Iceberg's order (validate() first, then apply()'s manifest
+# filter). MergingSnapshotProducer.validateNoNewDeleteFiles / validateNoNewDeletesForDataFiles
+# are left out: copy-on-write writers add no delete files, and Footprint has none to compare.
+_COPY_ON_WRITE_SERIALIZABLE = (ADDED_DATA_FILES, DELETED_DATA_FILES, MISSING_FILES_TO_DELETE)
+_COPY_ON_WRITE_SNAPSHOT = (DELETED_DATA_FILES, MISSING_FILES_TO_DELETE)
+VALIDATIONS: dict[tuple[CommitApi, IsolationLevel], tuple[Check, ...]] = {
+    (CommitApi.OVERWRITE_FILES, IsolationLevel.SERIALIZABLE): _COPY_ON_WRITE_SERIALIZABLE,
+    (CommitApi.OVERWRITE_FILES, IsolationLevel.SNAPSHOT): _COPY_ON_WRITE_SNAPSHOT,
+    # BaseRewriteFiles sets failMissingDeletePaths() in its constructor, at every level.
+    (CommitApi.REWRITE_FILES, IsolationLevel.SERIALIZABLE): (MISSING_FILES_TO_DELETE,),
+    (CommitApi.REWRITE_FILES, IsolationLevel.SNAPSHOT): (MISSING_FILES_TO_DELETE,),
+    # No validation: appends, SQL overwrites (no isolation-level write option), metadata deletes
+    # by filter and metadata transactions never fail validation.
+}
+
+
+def _api(footprint: Footprint) -> CommitApi:
+    try:
+        return COMMIT_API[footprint.operation]
+    except KeyError:
+        known = ", ".join(op.value for op in COMMIT_API)
+        raise UnknownOperationError(
+            f"operation {footprint.operation.value!r} has no Iceberg commit path; the Iceberg "
+            f"profiles know: {known}"
+        ) from None
+
+
+def iceberg_validator(level: IsolationLevel) -> Validator:
+    """The port of Iceberg's commit validations for Spark writes at ``level``."""
+
+    def validate(current: Footprint, winner: Footprint) -> tuple[ConflictKind, str] | None:
+        _api(winner)  # an operation Iceberg cannot commit is an error, whichever side it is on
+        for check in VALIDATIONS.get((_api(current), level), ()):
+            files = check.finds(current, winner)
+            if files:
+                return ConflictKind.VALIDATION_CONFLICT, check.reason(current, files)
+        return None
+
+    validate.__name__ = f"iceberg_{level.value}_validator"
+    return validate
+
+
+# ---- the matrix -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happens to the later job at one isolation level; a failure names Iceberg's check."""
+
+    effect: Effect
+    check: Check | None = None
+
+    def __post_init__(self) -> None:
+        if (self.effect is Effect.LATER_FAILS) != (self.check is not None):
+            raise ValueError("a failing outcome names its check, a succeeding one none")
+
+
+FAILS_ADDED = Outcome(Effect.LATER_FAILS, ADDED_DATA_FILES)
+FAILS_DELETED = Outcome(Effect.LATER_FAILS, DELETED_DATA_FILES)
+FAILS_MISSING = Outcome(Effect.LATER_FAILS, MISSING_FILES_TO_DELETE)
+APPENDS = Outcome(Effect.APPEND)
+OVERWRITES = Outcome(Effect.OVERWRITE)
+APPLIES = Outcome(Effect.APPLIED)
+COMPACTS = Outcome(Effect.COMPACTION_COMPLETES)
+
+# The later job's commit path (Iceberg 1.10, spark/v3.5): cited by every cell of its column.
+_BY_LATER = {
+    Op.INSERT_INTO: "SparkWrite.BatchAppend -> MergeAppend (AppendFiles): no validate()",
+    Op.INSERT_OVERWRITE: (
+        "SparkWrite.DynamicOverwrite -> BaseReplacePartitions: drops the partition at commit; "
+        "validates only with the isolation-level write option (SparkWriteConf.isolationLevel)"
+    ),
+    Op.TRUNCATE: (
+        "SparkTable.deleteWhere -> StreamingDelete.deleteFromRowFilter: no validation, deletes "
+        "by filter at commit"
+    ),
+    Op.UPDATE: "SparkWrite.CopyOnWriteOperation.commitWith{Serializable,Snapshot}Isolation -> BaseOverwriteFiles.validate",
+    Op.DELETE: "SparkWrite.CopyOnWriteOperation.commitWith{Serializable,Snapshot}Isolation -> BaseOverwriteFiles.validate",
+    Op.MERGE: "SparkWrite.CopyOnWriteOperation.commitWith{Serializable,Snapshot}Isolation -> BaseOverwriteFiles.validate",
+    Op.OPTIMIZE: "RewriteDataFilesSparkAction -> BaseRewriteFiles (failMissingDeletePaths)",
+    Op.ALTER_METADATA: "SparkCatalog.alterTable -> BaseTransaction.commitTransaction (retries, no data validation)",
+}
+# The earlier job's snapshot, which is what the later job's checks inspect.
+_BY_EARLIER = {
+    Op.INSERT_INTO: "earlier: 'append' snapshot adding a file",
+    Op.INSERT_OVERWRITE: "earlier: 'overwrite' snapshot (ReplacePartitions) removing F, adding a file",
+    Op.TRUNCATE: "earlier: 'delete' snapshot (StreamingDelete) removing F",
+    Op.UPDATE: "earlier: 'overwrite' snapshot (copy-on-write) removing F, adding a file",
+    Op.DELETE: "earlier: 'overwrite' snapshot (copy-on-write) removing F, adding a file",
+    Op.MERGE: "earlier: 'overwrite' snapshot (copy-on-write) removing F, adding a file",
+    Op.OPTIMIZE: "earlier: 'replace' snapshot (RewriteFiles) removing F, adding a file",
+    Op.ALTER_METADATA: "earlier: new table metadata, no snapshot",
+}
+
+UNSURE = "UNSURE: "
+_NOTE_OVERWRITE = (
+    UNSURE + "SQL INSERT OVERWRITE passes no isolation-level write option, so nothing is "
+    "validated; a DataFrame writer with option('isolation-level', ...) would get "
+    "validateAddedDataFiles (serializable) and validateDeletedDataFiles (both) on the partition."
+)
+_NOTE_TRUNCATE = (
+    "Holds while Spark plans the DELETE as metadata-only (OptimizeMetadataOnlyDeleteFromTable, "
+    "SparkTable.canDeleteWhere: whole partitions); a row-level DELETE is the 'delete' column."
+)
+_NOTE_REWRITE = (
+    "Spark rethrows it as RuntimeException 'Cannot commit rewrite because of a ValidationException "
+    "...' (classify by the cause). Merge-on-read: after an earlier MoR update/delete/merge the "
+    "rewrite fails in validateNoNewDeletesForDataFiles ('found new position delete for replaced "
+    "data file') instead."
+)
+_NOTE_COW_AFTER_APPEND = (
+    "Iceberg's IsolationLevel javadoc example: a concurrent file that may hold matching rows fails "
+    "serializable and not snapshot; merge-on-read (BaseRowDelta) behaves the same."
+)
+_NOTE_COW = (
+    "Merge-on-read (SparkPositionDeltaWrite -> BaseRowDelta) differs: after an earlier MoR row-level "
+    "write it fails in validateNoConflictingDeleteFiles ('Found new conflicting delete files'); "
+    "after a compaction in validateDataFilesExist ('Cannot commit, missing data files')."
+)
+_NOTE_ALTER_EARLIER = (
+    UNSURE + "no data commit checks the schema id; a schema change that breaks the later job's "
+    "written files (e.g. a dropped required column) is not modelled."
+)
+_NOTE_ALTER_LATER = (
+    UNSURE + "the ALTER loads the table when it runs; only a pointer race inside its commit is "
+    "possible, retried by the transaction (CommitFailedException, commit_failed, if exhausted)."
+)
+
+# (earlier job, later job, serializable, snapshot, note) -- the 64 pairs on one partition p.
+ICEBERG_MATRIX: tuple[tuple[Op, Op, Outcome, Outcome, str], ...] = (
+    # later INSERT INTO: AppendFiles never validates.
+    (Op.INSERT_OVERWRITE, Op.INSERT_INTO, APPENDS, APPENDS, ""),
+    (Op.TRUNCATE, Op.INSERT_INTO, APPENDS, APPENDS, ""),
+    (Op.INSERT_INTO, Op.INSERT_INTO, APPENDS, APPENDS, ""),
+    (Op.UPDATE, Op.INSERT_INTO, APPENDS, APPENDS, ""),
+    (Op.DELETE, Op.INSERT_INTO, APPENDS, APPENDS, ""),
+    (Op.MERGE, Op.INSERT_INTO, APPENDS, APPENDS, ""),
+    (Op.OPTIMIZE, Op.INSERT_INTO, APPENDS, APPENDS, ""),
+    (Op.ALTER_METADATA, Op.INSERT_INTO, APPENDS, APPENDS, ""),
+    # later INSERT OVERWRITE: ReplacePartitions replaces what is in p at commit.
+    (Op.INSERT_OVERWRITE, Op.INSERT_OVERWRITE, OVERWRITES, OVERWRITES, _NOTE_OVERWRITE),
+    (Op.TRUNCATE, Op.INSERT_OVERWRITE, OVERWRITES, OVERWRITES, _NOTE_OVERWRITE),
+    (Op.INSERT_INTO, Op.INSERT_OVERWRITE, OVERWRITES, OVERWRITES, _NOTE_OVERWRITE),
+    (Op.UPDATE, Op.INSERT_OVERWRITE, OVERWRITES, OVERWRITES, _NOTE_OVERWRITE),
+    (Op.DELETE, Op.INSERT_OVERWRITE, OVERWRITES, OVERWRITES, _NOTE_OVERWRITE),
+    (Op.MERGE, Op.INSERT_OVERWRITE, OVERWRITES, OVERWRITES, _NOTE_OVERWRITE),
+    (Op.OPTIMIZE, Op.INSERT_OVERWRITE, OVERWRITES, OVERWRITES, _NOTE_OVERWRITE),
+    (Op.ALTER_METADATA, Op.INSERT_OVERWRITE, OVERWRITES, OVERWRITES, _NOTE_OVERWRITE),
+    # later TRUNCATE: deleteFromRowFilter empties p at commit, whatever landed there.
+    (Op.INSERT_OVERWRITE, Op.TRUNCATE, OVERWRITES, OVERWRITES, _NOTE_TRUNCATE),
+    (Op.TRUNCATE, Op.TRUNCATE, OVERWRITES, OVERWRITES, _NOTE_TRUNCATE),
+    (Op.INSERT_INTO, Op.TRUNCATE, OVERWRITES, OVERWRITES, _NOTE_TRUNCATE),
+    (Op.UPDATE, Op.TRUNCATE, OVERWRITES, OVERWRITES, _NOTE_TRUNCATE),
+    (Op.DELETE, Op.TRUNCATE, OVERWRITES, OVERWRITES, _NOTE_TRUNCATE),
+    (Op.MERGE, Op.TRUNCATE, OVERWRITES, OVERWRITES, _NOTE_TRUNCATE),
+    (Op.OPTIMIZE, Op.TRUNCATE, OVERWRITES, OVERWRITES, _NOTE_TRUNCATE),
+    (Op.ALTER_METADATA, Op.TRUNCATE, OVERWRITES, OVERWRITES, _NOTE_TRUNCATE),
+    # later UPDATE: copy-on-write OverwriteFiles of the files it read in p.
+    (Op.INSERT_OVERWRITE, Op.UPDATE, FAILS_ADDED, FAILS_DELETED, _NOTE_COW),
+    (Op.TRUNCATE, Op.UPDATE, FAILS_DELETED, FAILS_DELETED, _NOTE_COW),
+    (Op.INSERT_INTO, Op.UPDATE, FAILS_ADDED, APPLIES, _NOTE_COW_AFTER_APPEND),
+    (Op.UPDATE, Op.UPDATE, FAILS_ADDED, FAILS_DELETED, _NOTE_COW),
+    (Op.DELETE, Op.UPDATE, FAILS_ADDED, FAILS_DELETED, _NOTE_COW),
+    (Op.MERGE, Op.UPDATE, FAILS_ADDED, FAILS_DELETED, _NOTE_COW),
+    (Op.OPTIMIZE, Op.UPDATE, FAILS_DELETED, FAILS_DELETED, _NOTE_COW),
+    (Op.ALTER_METADATA, Op.UPDATE, APPLIES, APPLIES, _NOTE_ALTER_EARLIER),
+    # later DELETE (row-level): the same commit path as UPDATE.
+    (Op.INSERT_OVERWRITE, Op.DELETE, FAILS_ADDED, FAILS_DELETED, _NOTE_COW),
+    (Op.TRUNCATE, Op.DELETE, FAILS_DELETED, FAILS_DELETED, _NOTE_COW),
+    (Op.INSERT_INTO, Op.DELETE, FAILS_ADDED, APPLIES, _NOTE_COW_AFTER_APPEND),
+    (Op.UPDATE, Op.DELETE, FAILS_ADDED, FAILS_DELETED, _NOTE_COW),
+    (Op.DELETE, Op.DELETE, FAILS_ADDED, FAILS_DELETED, _NOTE_COW),
+    (Op.MERGE, Op.DELETE, FAILS_ADDED, FAILS_DELETED, _NOTE_COW),
+    (Op.OPTIMIZE, Op.DELETE, FAILS_DELETED, FAILS_DELETED, _NOTE_COW),
+    (Op.ALTER_METADATA, Op.DELETE, APPLIES, APPLIES, _NOTE_ALTER_EARLIER),
+    # later MERGE: the same commit path as UPDATE.
+    (Op.INSERT_OVERWRITE, Op.MERGE, FAILS_ADDED, FAILS_DELETED, _NOTE_COW),
+    (Op.TRUNCATE, Op.MERGE, FAILS_DELETED, FAILS_DELETED, _NOTE_COW),
+    (Op.INSERT_INTO, Op.MERGE, FAILS_ADDED, APPLIES, _NOTE_COW_AFTER_APPEND),
+    (Op.UPDATE, Op.MERGE, FAILS_ADDED, FAILS_DELETED, _NOTE_COW),
+    (Op.DELETE, Op.MERGE, FAILS_ADDED, FAILS_DELETED, _NOTE_COW),
+    (Op.MERGE, Op.MERGE, FAILS_ADDED, FAILS_DELETED, _NOTE_COW),
+    (Op.OPTIMIZE, Op.MERGE, FAILS_DELETED, FAILS_DELETED, _NOTE_COW),
+    (Op.ALTER_METADATA, Op.MERGE, APPLIES, APPLIES, _NOTE_ALTER_EARLIER),
+    # later OPTIMIZE: RewriteFiles needs every file it replaces to still be live.
+    (Op.INSERT_OVERWRITE, Op.OPTIMIZE, FAILS_MISSING, FAILS_MISSING, _NOTE_REWRITE),
+    (Op.TRUNCATE, Op.OPTIMIZE, FAILS_MISSING, FAILS_MISSING, _NOTE_REWRITE),
+    (Op.INSERT_INTO, Op.OPTIMIZE, COMPACTS, COMPACTS, "The appended file is not among the rewritten ones."),
+    (Op.UPDATE, Op.OPTIMIZE, FAILS_MISSING, FAILS_MISSING, _NOTE_REWRITE),
+    (Op.DELETE, Op.OPTIMIZE, FAILS_MISSING, FAILS_MISSING, _NOTE_REWRITE),
+    (Op.MERGE, Op.OPTIMIZE, FAILS_MISSING, FAILS_MISSING, _NOTE_REWRITE),
+    (Op.OPTIMIZE, Op.OPTIMIZE, FAILS_MISSING, FAILS_MISSING, _NOTE_REWRITE),
+    (Op.ALTER_METADATA, Op.OPTIMIZE, COMPACTS, COMPACTS, _NOTE_ALTER_EARLIER),
+    # later ALTER TABLE: a metadata transaction, no snapshot, no data validation.
+    (Op.INSERT_OVERWRITE, Op.ALTER_METADATA, APPLIES, APPLIES, _NOTE_ALTER_LATER),
+    (Op.TRUNCATE, Op.ALTER_METADATA, APPLIES, APPLIES, _NOTE_ALTER_LATER),
+    (Op.INSERT_INTO, Op.ALTER_METADATA, APPLIES, APPLIES, _NOTE_ALTER_LATER),
+    (Op.UPDATE, Op.ALTER_METADATA, APPLIES, APPLIES, _NOTE_ALTER_LATER),
+    (Op.DELETE, Op.ALTER_METADATA, APPLIES, APPLIES, _NOTE_ALTER_LATER),
+    (Op.MERGE, Op.ALTER_METADATA, APPLIES, APPLIES, _NOTE_ALTER_LATER),
+    (Op.OPTIMIZE, Op.ALTER_METADATA, APPLIES, APPLIES, _NOTE_ALTER_LATER),
+    (Op.ALTER_METADATA, Op.ALTER_METADATA, APPLIES, APPLIES, _NOTE_ALTER_LATER),
+)
+
+
+def cells_for(level: IsolationLevel) -> tuple[Cell, ...]:
+    """The matrix's cells at one isolation level."""
+    pick: Callable[[tuple[Op, Op, Outcome, Outcome, str]], Outcome] = (
+        (lambda row: row[2]) if level is IsolationLevel.SERIALIZABLE else (lambda row: row[3])
+    )
+    cells = []
+    for row in ICEBERG_MATRIX:
+        earlier, later, _, _, note = row
+        outcome = pick(row)
+        fails = outcome.effect is Effect.LATER_FAILS
+        reason = (
+            f"{outcome.check.method}: '{outcome.check.message.format(filter='<scan filter>')}'."
+            if outcome.check
+            else ""
+        )
+        cells.append(
+            Cell(
+                earlier=earlier,
+                later=later,
+                later_fails=fails,
+                exception=ConflictKind.VALIDATION_CONFLICT if fails else None,
+                effect=outcome.effect,
+                source=f"iceberg 1.10 {_BY_LATER[later]}; {_BY_EARLIER[earlier]}",
+                note=" ".join(part for part in (reason, note) if part),
+            )
+        )
+    return tuple(cells)
+
+
+SOURCES = (
+    "https://iceberg.apache.org/javadoc/1.10.0/org/apache/iceberg/IsolationLevel.html",
+    "https://iceberg.apache.org/docs/1.10.0/configuration/#write-properties (write.*.isolation-level, write.*.mode)",
+    "apache/iceberg core/src/main/java/org/apache/iceberg/MergingSnapshotProducer.java",
+    "apache/iceberg core/src/main/java/org/apache/iceberg/BaseOverwriteFiles.java",
+    "apache/iceberg core/src/main/java/org/apache/iceberg/BaseReplacePartitions.java",
+    "apache/iceberg core/src/main/java/org/apache/iceberg/BaseRewriteFiles.java",
+    "apache/iceberg core/src/main/java/org/apache/iceberg/StreamingDelete.java",
+    "apache/iceberg core/src/main/java/org/apache/iceberg/SnapshotProducer.java",
+    "apache/iceberg spark/v3.5/spark/src/main/java/org/apache/iceberg/spark/source/SparkWrite.java",
+    "apache/iceberg spark/v3.5/spark/src/main/java/org/apache/iceberg/spark/source/SparkPositionDeltaWrite.java",
+)
+
+_EXTRA = (ConflictKind.COMMIT_FAILED, ConflictKind.COMMIT_STATE_UNKNOWN)
+
+ICEBERG_SERIALIZABLE = Profile(
+    name="iceberg-serializable",
+    title="Apache Iceberg on Spark 3.5, serializable row-level operations (the default)",
+    table_format="iceberg",
+    isolation="serializable (write.{delete,update,merge}.isolation-level)",
+    rules=RuleKind.FOOTPRINT,
+    overwrite_scope=OverwriteScope.PARTITION_AT_COMMIT,
+    sources=SOURCES,
+    cells=cells_for(IsolationLevel.SERIALIZABLE),
+    description=(
+        "A copy-on-write UPDATE/DELETE/MERGE fails when a concurrent commit added or removed "
+        "files matching its filter (appends included); a compaction fails when its input files "
+        "were removed; appends, SQL overwrites, metadata-only deletes and ALTER TABLE never fail "
+        "validation. Validation is scoped by the scan filter: disjoint partitions never conflict."
+    ),
+    extra_kinds=_EXTRA,
+    validator=iceberg_validator(IsolationLevel.SERIALIZABLE),
+)
+
+ICEBERG_SNAPSHOT = Profile(
+    name="iceberg-snapshot",
+    title="Apache Iceberg on Spark 3.5, snapshot-isolated row-level operations",
+    table_format="iceberg",
+    isolation="snapshot (write.{delete,update,merge}.isolation-level)",
+    rules=RuleKind.FOOTPRINT,
+    overwrite_scope=OverwriteScope.PARTITION_AT_COMMIT,
+    sources=SOURCES,
+    cells=cells_for(IsolationLevel.SNAPSHOT),
+    description=(
+        "As serializable, except that a copy-on-write UPDATE/DELETE/MERGE ignores files added "
+        "concurrently (it commits beside an INSERT INTO and leaves the new rows untouched); it "
+        "still fails when a file it read was removed."
+    ),
+    extra_kinds=_EXTRA,
+    validator=iceberg_validator(IsolationLevel.SNAPSHOT),
+)
+
+PROFILES: tuple[Profile, ...] = (ICEBERG_SERIALIZABLE, ICEBERG_SNAPSHOT)
