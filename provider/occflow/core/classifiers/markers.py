@@ -82,6 +82,9 @@ _DELTA_ERROR_CLASSES: tuple[tuple[str, ConflictKind], ...] = (
     ("DELTA_CONCURRENT_TRANSACTION", K.CONCURRENT_TRANSACTION),
     ("DELTA_CONCURRENT_WRITE", K.CONCURRENT_WRITE),
     ("DELTA_MAX_COMMIT_RETRIES_EXCEEDED", K.COMMIT_RETRIES_EXHAUSTED),
+    # "Cannot drop feature because a concurrent transaction modified the table. Please try the
+    # operation again." — a lost race on DROP FEATURE, retried from a fresh snapshot.
+    ("DELTA_FEATURE_DROP_CONFLICT_REVALIDATION_FAIL", K.CONCURRENT_WRITE),
 )
 
 # Message templates, "<param>" placeholders turned into regular expressions.

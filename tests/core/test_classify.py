@@ -1,0 +1,411 @@
+"""The classifier on fixture texts copied from the engines' sources, on near misses, and on chains.
+
+Real engine errors (delta-rs here, Spark/py4j and Iceberg in test_classify_real_*.py) are
+classified there; this module covers the texts of engines that cannot run on this machine and
+the mechanics (chains, duck typing, precedence, bad input).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import occflow
+from occflow.core.classifiers.markers import MARKERS, PRECEDENCE, Evidence
+from occflow.core.classify import classify
+from occflow.core.kinds import ConflictKind
+from occflow.engines.outcome import ErrorInfo
+
+
+
+FIXTURE_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "classify"
+
+
+@dataclass(frozen=True)
+class Fixture:
+    name: str
+    kind: str
+    engine: str
+    source: str
+    text: str
+    winner_version: int | None
+    winner_operation: str | None
+
+
+def load(path: Path) -> Fixture:
+    raw = path.read_text(encoding="utf-8")
+    head, sep, text = raw.partition("\n---\n")
+    if not sep:
+        raise ValueError(f"{path.name}: no '---' line between the header and the text")
+    fields: dict[str, str] = {}
+    for line in head.splitlines():
+        if not line.startswith("# ") or ":" not in line:
+            raise ValueError(f"{path.name}: header line {line!r} is not '# key: value'")
+        key, value = line[2:].split(":", 1)
+        fields[key.strip()] = value.strip()
+    missing = {"kind", "engine", "source"} - fields.keys()
+    if missing:
+        raise ValueError(f"{path.name}: header lacks {sorted(missing)}")
+    version = fields.get("winner_version")
+    return Fixture(
+        name=path.stem,
+        kind=fields["kind"],
+        engine=fields["engine"],
+        source=fields["source"],
+        text=text.rstrip("\n"),
+        winner_version=int(version) if version is not None else None,
+        winner_operation=fields.get("winner_operation"),
+    )
+
+
+def all_fixtures() -> list[Fixture]:
+    return [load(p) for p in sorted(FIXTURE_DIR.glob("*.txt"))]
+
+
+FIXTURES = all_fixtures()
+
+
+@pytest.mark.parametrize("fixture", FIXTURES, ids=[f.name for f in FIXTURES])
+def test_every_fixture_classifies_to_its_expected_kind_and_engine(fixture: Fixture) -> None:
+    result = classify(fixture.text)
+    assert result.kind.value == fixture.kind, result.reason
+    assert result.engine == fixture.engine
+    assert result.is_conflict == (fixture.kind != "not_a_conflict")
+
+
+@pytest.mark.parametrize(
+    "fixture",
+    [f for f in FIXTURES if f.winner_version is not None or f.winner_operation is not None],
+    ids=lambda f: f.name,
+)
+def test_winning_commit_is_read_from_the_text_where_the_engine_names_it(fixture: Fixture) -> None:
+    winner = classify(fixture.text).winning_commit
+    assert winner is not None
+    assert winner.version == fixture.winner_version
+    assert winner.operation == fixture.winner_operation
+
+
+def test_fixtures_cover_every_conflict_kind_and_name_their_source() -> None:
+    covered = {f.kind for f in FIXTURES}
+    assert covered == {k.value for k in ConflictKind}
+    assert all(len(f.source) > 20 for f in FIXTURES)
+
+
+def test_conflict_without_a_named_winner_has_no_winning_commit() -> None:
+    text = "Failed to commit transaction: Metadata changed since last commit."
+    assert classify(text).winning_commit is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ConcurrentModificationException in HashMap",
+        "merge conflict in git",
+        "concurrent update detected by the scheduler; conflict resolution pending",
+        "Concurrent transaction failed.",  # delta-rs's text, but without its TransactionError prefix
+        "Metadata changed since last commit.",
+        "Files were added",
+        "DELTA_CONCURRENT_APPEND",  # an error class name in prose, not "[CLASS]" as Spark prints it
+        "com.example.ConcurrentAppendException: Files were added to partition x",  # not Delta's class
+        "CommitFailedException",
+        "Failed to commit transaction: 15 rows rejected by constraint",
+        "",
+    ],
+)
+def test_text_that_merely_mentions_a_conflict_word_is_not_a_conflict(text: str) -> None:
+    result = classify(text)
+    assert result.kind is ConflictKind.NOT_A_CONFLICT
+    assert not result.retry_safe
+    assert result.engine == "unknown"
+
+
+def test_python_cause_chain_is_followed() -> None:
+    try:
+        try:
+            raise RuntimeError("Failed to commit transaction: Commit failed: a concurrent transactions added new data.")
+        except RuntimeError as inner:
+            raise ValueError("load of events failed") from inner
+    except ValueError as outer:
+        result = classify(outer)
+    assert result.kind is ConflictKind.CONCURRENT_APPEND
+    assert result.engine == "delta-rs"
+    assert result.exception_class == "builtins.ValueError"
+
+
+def test_python_implicit_context_is_followed_unless_suppressed() -> None:
+    conflict = "Failed to commit transaction: Metadata changed since last commit."
+    try:
+        try:
+            raise RuntimeError(conflict)
+        except RuntimeError:
+            raise KeyError("while handling")  # noqa: B904 - the implicit __context__ is the point
+    except KeyError as err:
+        assert classify(err).kind is ConflictKind.METADATA_CHANGED
+    try:
+        try:
+            raise RuntimeError(conflict)
+        except RuntimeError:
+            raise KeyError("unrelated") from None
+    except KeyError as err:
+        assert classify(err).kind is ConflictKind.NOT_A_CONFLICT
+
+
+def test_a_cyclic_cause_chain_terminates() -> None:
+    a = RuntimeError("a")
+    b = RuntimeError("b")
+    a.__cause__ = b
+    b.__cause__ = a
+    assert classify(a).kind is ConflictKind.NOT_A_CONFLICT
+
+
+# Duck-typed stand-ins for py4j's JavaObject / Py4JJavaError: the classifier must work from
+# getClass().getName(), getMessage(), getCause() without importing py4j. A real py4j chain from a
+# real JVM is classified in test_classify_real_spark.py.
+class _JavaClass:
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def getName(self) -> str:  # noqa: N802 - the Java method name
+        return self._name
+
+
+class _JavaThrowable:
+    def __init__(self, name: str, message: str | None, cause: _JavaThrowable | None = None) -> None:
+        self._cls = _JavaClass(name)
+        self._message = message
+        self._cause = cause
+
+    def getClass(self) -> _JavaClass:  # noqa: N802
+        return self._cls
+
+    def getMessage(self) -> str | None:  # noqa: N802
+        return self._message
+
+    def getCause(self) -> _JavaThrowable | None:  # noqa: N802
+        return self._cause
+
+
+class Py4JJavaError(Exception):
+    """Shaped like py4j.protocol.Py4JJavaError, whose str() needs a live gateway."""
+
+    def __init__(self, java_exception: _JavaThrowable) -> None:
+        super().__init__("An error occurred while calling o42.sql.")
+        self.java_exception = java_exception
+
+    def __str__(self) -> str:
+        raise ConnectionError("py4j gateway is closed")
+
+
+def test_py4j_like_error_is_classified_from_its_java_cause_chain_even_when_str_fails() -> None:
+    chain = _JavaThrowable(
+        "org.apache.spark.SparkException",
+        "Writing job aborted",
+        _JavaThrowable(
+            "org.apache.iceberg.exceptions.ValidationException",
+            "Found conflicting files that can contain records matching true: [a.parquet]",
+        ),
+    )
+    result = classify(Py4JJavaError(chain))
+    assert result.kind is ConflictKind.VALIDATION_CONFLICT
+    assert result.engine == "iceberg"
+
+
+def test_java_class_alone_is_enough_for_delta_and_iceberg_conflict_classes() -> None:
+    for name, kind in [
+        ("io.delta.exceptions.ConcurrentDeleteReadException", ConflictKind.CONCURRENT_DELETE_READ),
+        ("org.apache.spark.sql.delta.ConcurrentDeleteDeleteException", ConflictKind.CONCURRENT_DELETE_DELETE),
+        ("io.delta.exceptions.ConcurrentWriteException", ConflictKind.CONCURRENT_WRITE),
+        ("org.apache.iceberg.exceptions.CommitStateUnknownException", ConflictKind.COMMIT_STATE_UNKNOWN),
+    ]:
+        chain = _JavaThrowable("org.apache.spark.SparkException", "Job aborted", _JavaThrowable(name, None))
+        result = classify(Py4JJavaError(chain))
+        assert (result.kind, result.exception_class) == (kind, name)
+
+
+def test_a_java_cause_that_points_to_itself_terminates() -> None:
+    node = _JavaThrowable("java.lang.RuntimeException", "loop")
+    node._cause = node
+    assert classify(Py4JJavaError(node)).kind is ConflictKind.NOT_A_CONFLICT
+
+
+class CapturedException(Exception):
+    """Shaped like pyspark.errors.exceptions.captured.CapturedException (PySpark 3.5)."""
+
+    def __init__(self, desc: str, error_class: str | None, cause: _JavaThrowable | None) -> None:
+        super().__init__(desc)
+        self.desc = desc
+        self.stackTrace = "\tat org.apache.spark.sql.delta.ConflictChecker.check(ConflictChecker.scala:1)"
+        self.cause = cause
+        self._error_class = error_class
+
+    def getErrorClass(self) -> str | None:  # noqa: N802
+        return self._error_class
+
+
+def test_captured_exception_error_class_is_used_with_its_sub_class() -> None:
+    err = CapturedException("Transaction conflict detected.", "DELTA_CONCURRENT_APPEND.WITH_PARTITION_HINT", None)
+    result = classify(err)
+    assert result.kind is ConflictKind.CONCURRENT_APPEND
+    assert result.error_class == "DELTA_CONCURRENT_APPEND.WITH_PARTITION_HINT"
+
+
+def test_captured_exception_java_cause_is_followed() -> None:
+    cause = _JavaThrowable("io.delta.exceptions.MetadataChangedException", "changed")
+    err = CapturedException("[INTERNAL] wrapped", None, cause)
+    assert classify(err).kind is ConflictKind.METADATA_CHANGED
+
+
+def _delta_python_class(module: str, name: str) -> type[Exception]:
+    return type(name, (Exception,), {"__module__": module})
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "kind"),
+    [
+        ("delta.exceptions.captured", "ConcurrentAppendException", ConflictKind.CONCURRENT_APPEND),
+        ("delta.exceptions.captured", "ConcurrentDeleteReadException", ConflictKind.CONCURRENT_DELETE_READ),
+        ("delta.exceptions.captured", "ConcurrentDeleteDeleteException", ConflictKind.CONCURRENT_DELETE_DELETE),
+        ("delta.exceptions.captured", "MetadataChangedException", ConflictKind.METADATA_CHANGED),
+        ("delta.exceptions.captured", "ProtocolChangedException", ConflictKind.PROTOCOL_CHANGED),
+        ("delta.exceptions.captured", "ConcurrentTransactionException", ConflictKind.CONCURRENT_TRANSACTION),
+        ("delta.exceptions", "ConcurrentWriteException", ConflictKind.CONCURRENT_WRITE),
+        ("delta.connect.exceptions", "ConcurrentAppendException", ConflictKind.CONCURRENT_APPEND),
+    ],
+)
+def test_delta_spark_python_classes_match_by_qualified_name_without_a_shared_base(
+    module: str, name: str, kind: ConflictKind
+) -> None:
+    # delta-spark's Python classes subclass CapturedException and their own base, not one conflict
+    # base; an empty message shows the class alone decides.
+    err = _delta_python_class(module, name)("")
+    assert classify(err).kind is kind
+
+
+def test_same_simple_name_in_another_module_is_not_a_delta_conflict() -> None:
+    err = _delta_python_class("myapp.errors", "ConcurrentAppendException")("")
+    assert classify(err).kind is ConflictKind.NOT_A_CONFLICT
+
+
+def test_error_info_from_the_spark_submit_channel_is_classified() -> None:
+    info = ErrorInfo(
+        exception_class="org.apache.spark.SparkException",
+        messages=("Writing job aborted", "Cannot commit: stale table metadata"),
+        error_class=None,
+        cause_classes=("org.apache.iceberg.exceptions.CommitFailedException",),
+    )
+    result = classify(info)
+    assert result.kind is ConflictKind.COMMIT_FAILED
+    assert result.retry_safe
+    assert result.exception_class == "org.apache.iceberg.exceptions.CommitFailedException"
+
+
+def test_error_info_error_class_alone_is_enough() -> None:
+    info = ErrorInfo(exception_class="py4j.protocol.Py4JJavaError", messages=(), error_class="DELTA_CONCURRENT_WRITE")
+    assert classify(info).kind is ConflictKind.CONCURRENT_WRITE
+
+
+def test_error_info_without_markers_is_not_a_conflict() -> None:
+    info = ErrorInfo(exception_class="java.lang.OutOfMemoryError", messages=("Java heap space",))
+    result = classify(info)
+    assert result.kind is ConflictKind.NOT_A_CONFLICT
+    assert result.exception_class == "java.lang.OutOfMemoryError"
+
+
+def test_least_retry_safe_kind_wins_when_a_chain_holds_several() -> None:
+    chain = _JavaThrowable(
+        "org.apache.iceberg.exceptions.CommitFailedException",
+        "Cannot commit: stale table metadata",
+        _JavaThrowable("org.apache.iceberg.exceptions.CommitStateUnknownException", "Unknown failure"),
+    )
+    result = classify(Py4JJavaError(chain))
+    assert result.kind is ConflictKind.COMMIT_STATE_UNKNOWN
+    assert not result.retry_safe
+
+
+def test_retry_safety_derives_from_the_kind() -> None:
+    assert not classify("Failed to commit transaction: Concurrent transaction failed.").retry_safe
+    assert not classify("Failed to commit transaction: Protocol changed since last commit: x").retry_safe
+    assert classify("Failed to commit transaction: Metadata changed since last commit.").retry_safe
+    assert classify("ODPS-0121096:MetaStore transaction conflict - Reached maximum retry times").retry_safe
+
+
+def test_marker_found_at_the_end_of_a_long_log_tail() -> None:
+    noise = "24/11/21 20:00:00 INFO Executor: Finished task 0.0 in stage 1.0 (TID 1)\n" * 40_000
+    text = noise + "org.apache.iceberg.exceptions.CommitFailedException: Cannot commit: stale table metadata\n"
+    assert len(text) > 1_000_000
+    assert classify(text).kind is ConflictKind.COMMIT_FAILED
+
+
+# PyODPS is the client of a remote service (MaxCompute) that cannot run here: these classes mock
+# PyODPS's errors (odps/errors.py ODPSError with ``code`` and its __str__, odps/tunnel/errors.py).
+class ODPSError(RuntimeError):
+    __module__ = "odps.errors"
+
+    def __init__(self, msg: str, code: str | None = None, instance_id: str | None = None) -> None:
+        super().__init__(msg)
+        self.code = code
+        self.instance_id = instance_id
+
+    def __str__(self) -> str:
+        head = " ".join(p for p in (f"{self.code}:" if self.code else "", f"InstanceId: {self.instance_id}") if p)
+        return f"{head}\n{self.args[0]}"
+
+
+class MetaTransactionFailed(ODPSError):
+    __module__ = "odps.tunnel.errors"
+
+
+def test_pyodps_transaction_abort_is_an_operation_conflict() -> None:
+    msg = (
+        "ODPS-0110061: Failed to run ddltask - Modify DDL meta encounter exception : ODPS-0429311:Transaction "
+        "aborted - MaxC Transaction aborted. Can't update ObjectId(objectType:PARTITION). BeginTs is less than "
+        "lastCommitTs.objectId:ObjectId(objectType:PARTITION), txnId:1, lastCommitTs:1709410212584448"
+    )
+    result = classify(ODPSError(msg, code="ODPS-0110061", instance_id="20241121"))
+    assert result.kind is ConflictKind.OPERATION_CONFLICT
+    assert result.engine == "maxcompute"
+    assert result.winning_commit is not None
+    assert result.winning_commit.tag == {"lastCommitTs": "1709410212584448"}
+
+
+def test_pyodps_ddl_failure_without_transaction_abort_is_not_a_conflict() -> None:
+    msg = "ODPS-0110061: Failed to run ddltask-Schema evolution DDLs is not enabled in current project:p"
+    assert classify(ODPSError(msg, code="ODPS-0110061")).kind is ConflictKind.NOT_A_CONFLICT
+
+
+def test_pyodps_metastore_lock_code_is_a_metadata_lock_conflict() -> None:
+    assert classify(ODPSError("MetaStore transaction conflict", code="ODPS-0121096")).kind is (
+        ConflictKind.METADATA_LOCK_CONFLICT
+    )
+
+
+def test_pyodps_tunnel_meta_transaction_failed_is_a_metadata_lock_conflict() -> None:
+    err = MetaTransactionFailed("server message", code="MetaTransactionFailed")
+    result = classify(err)
+    assert result.kind is ConflictKind.METADATA_LOCK_CONFLICT
+    assert result.exception_class == "odps.tunnel.errors.MetaTransactionFailed"
+
+
+@pytest.mark.parametrize("bad", [None, 42, object(), b"bytes are not text"])
+def test_something_that_is_not_an_error_is_rejected_with_its_type_named(bad: object) -> None:
+    with pytest.raises(TypeError, match="classify\\(\\) takes an exception") as info:
+        classify(bad)
+    assert type(bad).__qualname__ in str(info.value)
+
+
+def test_package_exports_classify_and_to_dict_is_json() -> None:
+    result = occflow.classify("[DELTA_CONCURRENT_APPEND] ConcurrentAppendException: Files were added to x by a concurrent update.")
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["kind"] == "concurrent_append"
+    assert data["retry_safe"] is True
+
+
+def test_marker_table_rows_name_their_source_and_every_kind_has_a_precedence() -> None:
+    assert all(m.source and m.engine for m in MARKERS)
+    assert {m.kind for m in MARKERS} <= set(PRECEDENCE)
+    assert set(PRECEDENCE) == set(ConflictKind) - {ConflictKind.NOT_A_CONFLICT}
+    classes = [m.value for m in MARKERS if m.evidence is Evidence.CLASS]
+    assert all("." in name for name in classes), "class markers must be qualified names"
