@@ -19,8 +19,6 @@ from occflow.core.classify import classify
 from occflow.core.kinds import ConflictKind
 from occflow.engines.outcome import ErrorInfo
 
-
-
 FIXTURE_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "classify"
 
 
