@@ -1,0 +1,106 @@
+"""Where the lease store lives: a SQLAlchemy URL from configuration or an Airflow connection.
+
+Resolution order (``store_url``): an explicit URL; ``OCCFLOW_LEASE_STORE_URL``; the Airflow
+connection named by ``OCCFLOW_LEASE_STORE_CONN_ID`` (resolved by the Airflow layer, which passes
+its URI to ``url_from_connection_uri``); else a SQLite file ``occflow_leases.db`` in
+``$AIRFLOW_HOME`` (or ``~/airflow``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError
+
+from .model import LeaseStoreError
+
+URL_ENV = "OCCFLOW_LEASE_STORE_URL"
+CONN_ID_ENV = "OCCFLOW_LEASE_STORE_CONN_ID"
+
+# Airflow connection URIs use conn types as schemes; SQLAlchemy wants dialect+driver.
+_SCHEMES = {
+    "postgres": "postgresql+psycopg2",
+    "postgresql": "postgresql+psycopg2",
+    "postgresql+psycopg2": "postgresql+psycopg2",
+    "sqlite": "sqlite",
+    "sqlite+pysqlite": "sqlite",
+}
+
+
+def url_from_connection_uri(uri: str) -> str:
+    """A SQLAlchemy URL from an Airflow connection URI (``postgres://u:p@h:5432/db``, ``sqlite:///f``)."""
+    if not isinstance(uri, str) or "://" not in uri:
+        raise LeaseStoreError(
+            f"lease store URL {uri!r} is not a URL; use sqlite:///path/to/leases.db or "
+            "postgresql://user:password@host:5432/database"
+        )
+    scheme, rest = uri.split("://", 1)
+    dialect = _SCHEMES.get(scheme.lower())
+    if dialect is None:
+        raise LeaseStoreError(
+            f"unsupported lease store {scheme!r} in {uri!r}; supported: SQLite (sqlite:///path) "
+            "and PostgreSQL (postgresql://...)"
+        )
+    return f"{dialect}://{rest}"
+
+
+def default_url(env: Mapping[str, str] | None = None) -> str:
+    env = os.environ if env is None else env
+    home = Path(env.get("AIRFLOW_HOME") or Path.home() / "airflow")
+    return f"sqlite:///{home / 'occflow_leases.db'}"
+
+
+def store_url(url: str | None = None, env: Mapping[str, str] | None = None) -> str:
+    """The store URL from an explicit value, the environment, or the embedded default."""
+    env = os.environ if env is None else env
+    if url:
+        return url_from_connection_uri(url)
+    if env.get(URL_ENV):
+        return url_from_connection_uri(env[URL_ENV])
+    return default_url(env)
+
+
+def make_engine(url: str) -> Engine:
+    """An engine set up for lease decisions on SQLite (WAL, BEGIN IMMEDIATE) or PostgreSQL."""
+    full = url_from_connection_uri(url)
+    try:
+        parsed = make_url(full)
+    except ArgumentError as exc:
+        raise LeaseStoreError(f"malformed lease store URL {url!r}: {exc}") from None
+    if parsed.get_backend_name() == "sqlite":
+        database = parsed.database or ""
+        if database in ("", ":memory:"):
+            raise LeaseStoreError(
+                "the SQLite lease store must be a file shared by all workers (sqlite:///path/to/leases.db), "
+                "not an in-memory database"
+            )
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+        engine = sa.create_engine(parsed, connect_args={"timeout": 60})
+        _sqlite_immediate(engine)
+        return engine
+    return sa.create_engine(parsed, pool_pre_ping=True, pool_size=2, max_overflow=4)
+
+
+def _sqlite_immediate(engine: Engine) -> None:
+    """Every transaction starts with BEGIN IMMEDIATE: it holds the write lock from its first read.
+
+    pysqlite's own transaction handling is switched off so SQLAlchemy's BEGIN is the one sent.
+    """
+
+    @sa.event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA busy_timeout=60000")
+        cursor.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")

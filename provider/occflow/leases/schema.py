@@ -1,0 +1,92 @@
+"""The lease store's tables (SQLAlchemy Core), the same on SQLite and PostgreSQL.
+
+Times are seconds since the epoch (double precision) from the store's clock, so comparisons
+are plain numbers on both backends; ``Lease`` turns them into pendulum times.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+_ID = sa.String(64)
+_SEQ = sa.BigInteger().with_variant(sa.Integer(), "sqlite")  # SQLite autoincrements INTEGER only
+
+
+def _holder_columns() -> list[sa.Column[object]]:
+    return [
+        sa.Column("dag_id", sa.String(250), nullable=False, default=""),
+        sa.Column("task_id", sa.String(250), nullable=False, default=""),
+        sa.Column("run_id", sa.String(250), nullable=False, default=""),
+        sa.Column("try_number", sa.Integer, nullable=False, default=0),
+        sa.Column("host", sa.String(250), nullable=False, default=""),
+        sa.Column("pid", sa.Integer, nullable=False, default=0),
+    ]
+
+
+leases = sa.Table(
+    "occflow_leases",
+    metadata,
+    sa.Column("lease_id", _ID, primary_key=True),
+    sa.Column("request_id", _ID, nullable=False),
+    sa.Column("table_name", sa.String(512), nullable=False),
+    # JSON list of partition keys; NULL = the whole table.
+    sa.Column("partitions", sa.Text, nullable=True),
+    sa.Column("operation", sa.String(32), nullable=False),
+    sa.Column("profile", sa.String(64), nullable=False),
+    *_holder_columns(),
+    sa.Column("acquired_at", sa.Double, nullable=False),
+    sa.Column("heartbeat_at", sa.Double, nullable=False),
+    sa.Column("expires_at", sa.Double, nullable=False),
+    sa.Column("ttl", sa.Double, nullable=False),
+    sa.Index("ix_occflow_leases_table_expires", "table_name", "expires_at"),
+)
+
+# One row per partition key of a lease ("*" for a whole-table lease), so a decision reads only
+# the leases that can overlap the request instead of every lease on the table.
+lease_keys = sa.Table(
+    "occflow_lease_keys",
+    metadata,
+    sa.Column("lease_id", _ID, primary_key=True),
+    sa.Column("partition_key", sa.String(1024), primary_key=True),
+    sa.Column("table_name", sa.String(512), nullable=False),
+    # Sorted partition columns ("country,ds"); keys of another column set may overlap partially.
+    sa.Column("columns", sa.String(512), nullable=False),
+    sa.Index("ix_occflow_lease_keys_key", "table_name", "partition_key"),
+    sa.Index("ix_occflow_lease_keys_columns", "table_name", "columns"),
+)
+
+# Requests that were not admitted, in arrival order (queue_key = arrival - head start).
+queue = sa.Table(
+    "occflow_lease_queue",
+    metadata,
+    sa.Column("request_id", _ID, primary_key=True),
+    sa.Column("table_name", sa.String(512), nullable=False),
+    sa.Column("partitions", sa.Text, nullable=True),
+    sa.Column("operation", sa.String(32), nullable=False),
+    sa.Column("profile", sa.String(64), nullable=False),
+    *_holder_columns(),
+    sa.Column("queue_key", sa.Double, nullable=False),
+    sa.Column("enqueued_at", sa.Double, nullable=False),
+    sa.Column("seen_at", sa.Double, nullable=False),
+    sa.Column("expires_at", sa.Double, nullable=False),
+    sa.Index("ix_occflow_lease_queue_table", "table_name", "expires_at"),
+)
+
+# Every grant, release, heartbeat, expiry and queue change, in decision order (seq) per table.
+events = sa.Table(
+    "occflow_lease_events",
+    metadata,
+    sa.Column("seq", _SEQ, primary_key=True, autoincrement=True),
+    sa.Column("at", sa.Double, nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("table_name", sa.String(512), nullable=False),
+    sa.Column("lease_id", _ID, nullable=True),
+    sa.Column("request_id", _ID, nullable=True),
+    sa.Column("partitions", sa.Text, nullable=True),
+    sa.Column("operation", sa.String(32), nullable=False),
+    sa.Column("profile", sa.String(64), nullable=False),
+    sa.Column("expires_at", sa.Double, nullable=True),
+    sa.Column("pid", sa.Integer, nullable=False, default=0),
+)
