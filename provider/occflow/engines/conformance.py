@@ -8,8 +8,9 @@ of profiles (the engine's own profile and the documented matrices), cell by cell
 rows like any other: they are listed, never dropped.
 
 Engines plug in through a module that exposes ``conformance_runners(workdir)``: a context manager
-yielding the engine's runners (one per isolation level it runs, for example). The modules are
-named in :data:`ENGINE_MODULES`, so the CLI and the tests find every engine the same way.
+yielding the engine's runners (one per isolation level it runs, for example), and optionally
+``conformance_meta() -> dict[str, str]`` (library versions, shown with the report). The modules
+are named in :data:`ENGINE_MODULES`, so the CLI and the tests find every engine the same way.
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ class PairRunner(Protocol):
     engine: str
     profile: str
     compare_with: tuple[str, ...]
+    #: what tells this runner apart from the engine's other runners ("WriteSerializable")
+    label: str
 
     def run_pair(self, earlier: Operation, later: Operation) -> Observation: ...
 
@@ -184,6 +187,7 @@ class RunnerResult:
 
     engine: str
     runner_profile: str
+    label: str
     observations: tuple[tuple[Operation, Operation, Observation], ...]
     comparisons: tuple[ProfileComparison, ...]
     seconds: float
@@ -209,6 +213,7 @@ class ConformanceReport:
             "meta": dict(self.meta),
             "runs": [
                 {
+                    "runner": r.label,
                     "runner_profile": r.runner_profile,
                     "seconds": round(r.seconds, 2),
                     "comparisons": [c.to_dict() for c in r.comparisons],
@@ -252,7 +257,9 @@ def run_runner(
             if a in known and b in known
         )
         comparisons.append(ProfileComparison(runner.engine, profile.name, rows))
-    return RunnerResult(runner.engine, runner.profile, tuple(observed), tuple(comparisons), seconds)
+    return RunnerResult(
+        runner.engine, runner.profile, runner.label, tuple(observed), tuple(comparisons), seconds
+    )
 
 
 #: Engines with a conformance runner: name -> module exposing ``conformance_runners(workdir)``.
@@ -288,7 +295,14 @@ def run_engine(
     with runner_factory(engine)(workdir) as runners:
         for runner in runners:
             results.append(run_runner(runner, progress=progress))
-    return ConformanceReport(engine, tuple(results), time.perf_counter() - start)
+    return ConformanceReport(engine, tuple(results), time.perf_counter() - start, engine_meta(engine))
+
+
+def engine_meta(engine: str) -> dict[str, str]:
+    """What the engine module says about itself (library versions) via ``conformance_meta()``."""
+    module = importlib.import_module(ENGINE_MODULES[engine])
+    meta: Callable[[], dict[str, str]] | None = getattr(module, "conformance_meta", None)
+    return {} if meta is None else dict(meta())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -315,7 +329,8 @@ def render_table(report: ConformanceReport) -> str:
     for result in report.results:
         lines.append("")
         lines.append(
-            f"runner {result.runner_profile}: {len(result.observations)} pairs run in {result.seconds:.1f} s"
+            f"runner {result.label} (profile {result.runner_profile}): {len(result.observations)} pairs "
+            f"run in {result.seconds:.1f} s"
         )
         for comp in result.comparisons:
             lines.append(
@@ -333,6 +348,21 @@ def render_table(report: ConformanceReport) -> str:
     return "\n".join(lines)
 
 
+_ABBREV: dict[Operation, str] = {
+    Operation.INSERT_OVERWRITE: "ins_ow",
+    Operation.TRUNCATE: "trunc",
+    Operation.INSERT_INTO: "ins_to",
+    Operation.UPDATE: "update",
+    Operation.DELETE: "delete",
+    Operation.MERGE: "merge",
+    Operation.SMALL_FILE_MERGE: "sf_mrg",
+    Operation.MINOR_COMPACT: "minor",
+    Operation.MAJOR_COMPACT: "major",
+    Operation.OPTIMIZE: "optim",
+    Operation.ALTER_METADATA: "alter",
+}
+
+
 def _grid(result: RunnerResult) -> list[str]:
     ops: list[Operation] = []
     for a, b, _ in result.observations:
@@ -340,7 +370,7 @@ def _grid(result: RunnerResult) -> list[str]:
             if op not in ops:
                 ops.append(op)
     seen = {(a, b): obs for a, b, obs in result.observations}
-    abbrev = {op: op.value[:7] for op in ops}
+    abbrev = {op: _ABBREV.get(op, op.value[:7]) for op in ops}
     width = max(len(op.value) for op in ops)
     out = [" " * width + " " + " ".join(f"{abbrev[op]:>7}" for op in ops)]
     for a in ops:
@@ -370,12 +400,12 @@ def render_markdown(report: ConformanceReport) -> str:
     for result in report.results:
         for comp in result.comparisons:
             out.append(
-                f"| {result.runner_profile} | {comp.profile} | {comp.covered} | {len(comp.agreeing)} "
+                f"| {result.label} | {comp.profile} | {comp.covered} | {len(comp.agreeing)} "
                 f"| {len(comp.diverging)} | {result.seconds:.1f} |"
             )
     for result in report.results:
         for comp in result.comparisons:
-            out += ["", f"## {result.runner_profile} vs {comp.profile}", ""]
+            out += ["", f"## {result.label}: observed vs {comp.profile}", ""]
             if comp.diverging:
                 out += [
                     f"{len(comp.diverging)} divergences:",
@@ -392,7 +422,8 @@ def render_markdown(report: ConformanceReport) -> str:
                     )
             else:
                 out.append("No divergences: every covered cell agrees.")
-        out += ["", f"## Every cell observed by the {result.runner_profile} runner", ""]
+        out += ["", f"## {result.label}: every cell observed", ""]
+        out += ["```", *_grid(result), "```", "", "(x: the later job failed; .: both committed; !: invalid run)", ""]
         out += ["| earlier | later | observed | engine error |", "|---|---|---|---|"]
         for a, b, obs in result.observations:
             observed = "INVALID: " + _short(obs.earlier_error) if not obs.valid else _mark(

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from ..errors import UnknownProfileError
-from . import delta, iceberg, maxcompute
+from . import delta, deltars, iceberg, maxcompute
 from .model import Cell, Effect, OverwriteScope, Profile, RuleKind
 
 PROFILES: dict[str, Profile] = {
-    p.name: p for p in (*maxcompute.PROFILES, *delta.PROFILES, *iceberg.PROFILES)
+    p.name: p for p in (*maxcompute.PROFILES, *delta.PROFILES, *deltars.PROFILES, *iceberg.PROFILES)
 }
 
 
