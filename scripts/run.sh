@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The main job: creates .venv/ on a fresh machine, then runs the example DAGs on the embedded
+# defaults (falls back to the transaction-core demo while the DAG runner is not installed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+if [ -f scripts/run_examples.py ]; then
+  exec .venv/bin/python scripts/run_examples.py "$@"
+fi
+exec .venv/bin/python scripts/demo_core.py "$@"
