@@ -504,6 +504,10 @@ class DeltaRsTable:
             )
         seconds = time.perf_counter() - start
         version, commit_metrics = self._find_commit(commit_id)
+        if version is None:
+            # delta-rs writes no commit when an operation changes nothing (a delete that matched
+            # no row); the write succeeded, but there is no version to name
+            tag["version"] = "none: no commit carries this write's id (nothing changed)"
         rows = _rows(operation, metrics if metrics is not None else commit_metrics)
         return WriteOutcome(
             engine=ENGINE,
