@@ -1,0 +1,1 @@
+"""Hooks: each talks to one external system (a Spark cluster, a lease store)."""

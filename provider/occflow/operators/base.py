@@ -1,0 +1,423 @@
+"""The write flow every occflow write operator shares.
+
+``execute`` reads as the flow in ARCHITECTURE.md, each step a call into the layer that owns it:
+
+1. declare  - the rendered declaration (partition values validated again after templating)
+2. admit    - a lease from the lease store; not admitted -> defer on a trigger (frees the slot)
+3. run      - one attempt of the job on the engine, from a fresh snapshot (subclasses)
+4. classify - ``occflow.core.classify`` on the engine's error
+5. policy   - ``WritePolicy.decide``: retry in the task (tenacity), reschedule, skip, fail, default
+6. report   - the outcome to XCom (version / snapshot, attempts, conflicts, wasted seconds), metrics
+
+Subclasses say only how one attempt runs (``run_attempt``) and which engine it is.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import tenacity
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import (
+    AirflowFailException,
+    AirflowRescheduleException,
+    AirflowSkipException,
+)
+
+from ..core.classify import classify
+from ..core.declaration import WriteDeclaration
+from ..core.errors import InvalidDeclarationError, conflict_error
+from ..core.kinds import Classification, ConflictKind
+from ..core.policy import Action, Decision, WritePolicy, derive_policy, overrides_to_dict
+from ..engines.outcome import WriteOutcome
+from . import admission
+
+# task_state_store keys: what earlier tries of this task instance (reschedules) already spent.
+_STATE_KEY = "occflow_write_history"
+
+
+class WriteLost(Exception):
+    """One attempt did not commit: carries the engine's outcome (or exception) and its class."""
+
+    def __init__(self, classification: Classification, outcome: WriteOutcome | None, error: BaseException | None):
+        text = outcome.error.text if outcome is not None and outcome.error is not None else repr(error)
+        super().__init__(f"{classification.kind.value}: {text}")
+        self.classification = classification
+        self.outcome = outcome
+        self.error = error
+
+
+class ConflictFailure(AirflowFailException):
+    """The policy said fail fast: retrying cannot help (or may write twice). Airflow will not retry.
+
+    ``report`` is the task's write report; ``conflict`` the typed occflow conflict exception,
+    so a notifier can explain the conflict without parsing text.
+    """
+
+    def __init__(self, message: str, report: dict[str, Any], conflict: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.report = report
+        self.conflict = conflict
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.report, self.conflict))
+
+
+class WriteNotCommitted(RuntimeError):
+    """The engine failed with an error that is not a conflict: Airflow's ordinary retries decide."""
+
+
+@dataclass
+class WriteHistory:
+    """What this task instance spent on the write so far, across reschedules."""
+
+    first_started: float = field(default_factory=time.time)
+    attempts: int = 0
+    wasted_seconds: float = 0.0
+    conflicts: list[dict[str, Any]] = field(default_factory=list)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> WriteHistory:
+        if not data:
+            return cls()
+        return cls(
+            first_started=float(data["first_started"]),
+            attempts=int(data["attempts"]),
+            wasted_seconds=float(data["wasted_seconds"]),
+            conflicts=list(data.get("conflicts", [])),
+            decisions=list(data.get("decisions", [])),
+        )
+
+
+class OccflowWriteOperator(BaseOperator):
+    """A write on a lakehouse table that knows its table format's conflict matrix.
+
+    :param table: the table identifier (``catalog.db.table``); validated at DAG parse time.
+    :param operation: canonical name (``insert_overwrite``) or SQL spelling (``MERGE INTO``).
+    :param profile: a profile name (``iceberg-serializable``), or give ``table_format``.
+    :param table_format: ``iceberg`` / ``delta`` / ... -> the format's default profile.
+    :param partitions: the partitions written, e.g. ``{"ds": "{{ ds }}"}`` (templated) or a list
+        of them; ``None`` = the whole table.
+    :param reads_whole_table: a MERGE/UPDATE/DELETE whose condition names no partition.
+    :param policy_overrides: per conflict kind, an action name or a policy dict
+        (``{"concurrent_append": "reschedule"}``); see ``occflow policy PROFILE OPERATION``.
+    :param admission: take a lease before writing (``True``); ``False`` writes without one.
+    :param lease_store_url: SQLAlchemy URL of the lease store (default: env / embedded SQLite).
+    :param lease_ttl: seconds a lease lives without a heartbeat (heartbeats run while writing).
+    :param admission_poll_interval: seconds between admission checks while deferred.
+    """
+
+    template_fields: Sequence[str] = ("partitions",)
+    ui_color = "#dff0d8"
+    engine_name = "unknown"
+
+    def __init__(
+        self,
+        *,
+        table: str,
+        operation: str,
+        profile: str | None = None,
+        table_format: str | None = None,
+        partitions: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        reads_whole_table: bool = False,
+        policy_overrides: Mapping[str, Any] | None = None,
+        admission: bool = True,
+        lease_store_url: str | None = None,
+        lease_ttl: float = 300.0,
+        admission_poll_interval: float = 2.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        # Parse time: a bad table, operation, profile or partition spec fails the DAG import.
+        self.occflow_write = WriteDeclaration.create(
+            table,
+            operation,
+            profile=profile,
+            table_format=table_format,
+            partitions=partitions,
+            reads_whole_table=reads_whole_table,
+            allow_templates=True,
+        )
+        self.table = table
+        self.operation = self.occflow_write.operation.value
+        self.profile = self.occflow_write.profile.name
+        self.partitions = partitions
+        self.reads_whole_table = reads_whole_table
+        self.policy_overrides = overrides_to_dict(policy_overrides)
+        # Validate the overrides now as well: a refused override is a DAG error, not a run error.
+        derive_policy(self.profile, self.operation, self.policy_overrides)
+        self.admission = admission
+        self.lease_store_url = lease_store_url
+        self.lease_ttl = lease_ttl
+        self.admission_poll_interval = admission_poll_interval
+
+    # ------------------------------------------------------------------ the flow
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        declaration = self.declare()
+        lease = admission.admit(self, declaration, context)  # defers when not admitted
+        return self.write(declaration, lease, context)
+
+    def execute_admitted(self, context: Any, event: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Resumed by the admission trigger: the lease was granted while the task was deferred."""
+        declaration = self.declare()
+        lease = admission.lease_from_event(self, event)
+        return self.write(declaration, lease, context)
+
+    def declare(self) -> WriteDeclaration:
+        """The declaration with rendered partition values, validated again (no templates left)."""
+        try:
+            return WriteDeclaration.create(
+                self.table,
+                self.operation,
+                profile=self.profile,
+                partitions=self.partitions,
+                reads_whole_table=self.reads_whole_table,
+                allow_templates=False,
+            )
+        except InvalidDeclarationError as exc:
+            # Before any write: a rendered value that is not a partition value fails for good.
+            raise AirflowFailException(f"{self.task_id}: invalid rendered declaration: {exc}") from exc
+
+    def write_policy(self) -> WritePolicy:
+        # occflow's operators re-plan every attempt from a fresh snapshot (run_attempt loads it).
+        return derive_policy(self.profile, self.operation, self.policy_overrides, replans_from_fresh_snapshot=True)
+
+    def write(self, declaration: WriteDeclaration, lease: Any, context: Any) -> dict[str, Any]:
+        policy = self.write_policy()
+        history = _load_history(context)
+        try:
+            with admission.keep(self, lease):
+                outcome = self.run_with_policy(declaration, policy, history, context)
+        finally:
+            admission.release(self, lease)
+        report = self.report(declaration, outcome, history)
+        _store_history(context, None)
+        _emit_metrics(report, outcome=True)
+        self.log.info(
+            "committed %s on %s: version=%s snapshot=%s after %d attempt(s), %d conflict(s), %.1fs wasted",
+            declaration.operation.value, declaration.table, report["version"], report["snapshot_id"],
+            report["attempts"], len(report["conflicts"]), report["wasted_seconds"],
+        )
+        return report
+
+    def run_with_policy(
+        self, declaration: WriteDeclaration, policy: WritePolicy, history: WriteHistory, context: Any
+    ) -> WriteOutcome:
+        """Attempts under tenacity, each from a fresh snapshot, while the policy says RETRY."""
+        decisions: dict[int, Decision] = {}
+
+        def attempt_once() -> WriteOutcome:
+            history.attempts += 1
+            started = time.monotonic()
+            try:
+                outcome = self.run_attempt(declaration, context, history.attempts)
+            except (AirflowFailException, AirflowSkipException, InvalidDeclarationError):
+                raise
+            except Exception as exc:
+                # An engine that raises instead of returning an outcome: classified the same way.
+                history.wasted_seconds += time.monotonic() - started
+                raise WriteLost(classify(exc), None, exc) from exc
+            if outcome.committed:
+                return outcome
+            history.wasted_seconds += outcome.seconds
+            found = outcome.classification or classify(outcome.error)
+            raise WriteLost(found, outcome, None)
+
+        def decision_of(state: tenacity.RetryCallState) -> Decision:
+            if state.attempt_number not in decisions:
+                error = state.outcome.exception() if state.outcome is not None else None
+                assert isinstance(error, WriteLost), error
+                elapsed = time.time() - history.first_started
+                decision = policy.decide(error.classification, history.attempts, elapsed)
+                decisions[state.attempt_number] = decision
+                self._record(history, error, decision)
+            return decisions[state.attempt_number]
+
+        def should_retry(state: tenacity.RetryCallState) -> bool:
+            if state.outcome is None or not state.outcome.failed:
+                return False
+            if not isinstance(state.outcome.exception(), WriteLost):
+                return False
+            return decision_of(state).action is Action.RETRY
+
+        def before_sleep(state: tenacity.RetryCallState) -> None:
+            decision = decision_of(state)
+            self.log.warning("attempt %d lost (%s); retrying in %.1fs from a fresh snapshot",
+                             history.attempts, decision.reason, decision.delay_seconds)
+
+        retrying = tenacity.Retrying(
+            retry=should_retry,
+            wait=lambda state: decision_of(state).delay_seconds,
+            stop=tenacity.stop_never,  # the policy's own stop decides (decide -> FAIL / RESCHEDULE)
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        try:
+            return retrying(attempt_once)
+        except WriteLost as lost:
+            decision = next(
+                (d for n, d in sorted(decisions.items(), reverse=True)), None
+            ) if decisions else None
+            if decision is None:  # pragma: no cover - tenacity always asks should_retry first
+                raise
+            self.act_on(declaration, decision, lost, history, context)
+            raise  # unreachable: act_on always raises
+
+    def act_on(
+        self, declaration: WriteDeclaration, decision: Decision, lost: WriteLost, history: WriteHistory, context: Any
+    ) -> None:
+        """Turn a final decision into what Airflow understands; always raises."""
+        partial = self.report(declaration, lost.outcome, history, committed=False)
+        _emit_metrics(partial, outcome=False, action=decision.action)
+        if decision.action is Action.RESCHEDULE:
+            _store_history(context, history)
+            when = _utcnow() + timedelta(seconds=max(decision.delay_seconds, 1.0))
+            self.log.warning("rescheduling until %s: %s", when.isoformat(), decision.reason)
+            raise AirflowRescheduleException(when)
+        _store_history(context, None)
+        if decision.action is Action.SKIP:
+            self.log.info("skipping: %s", decision.reason)
+            raise AirflowSkipException(decision.reason)
+        if decision.action is Action.FAIL:
+            kind = lost.classification.kind
+            winner = lost.classification.winning_commit
+            conflict = conflict_error(kind, str(lost), winner) if kind.is_conflict else None
+            raise ConflictFailure(
+                f"{declaration.operation.value} on {declaration.table} lost with {kind.value} and occflow "
+                f"will not retry it: {decision.reason}. {kind.help} "
+                f"(attempts {history.attempts}, {history.wasted_seconds:.1f}s wasted)",
+                partial,
+                conflict,
+            ) from lost
+        # DEFAULT: not a conflict. The engine's own error goes to Airflow's ordinary retries.
+        if lost.error is not None:
+            raise lost.error
+        raise WriteNotCommitted(
+            f"{declaration.operation.value} on {declaration.table} failed (not a conflict): {lost}"
+        )
+
+    def _record(self, history: WriteHistory, lost: WriteLost, decision: Decision) -> None:
+        cls = lost.classification
+        if cls.is_conflict:
+            history.conflicts.append(
+                {
+                    "attempt": history.attempts,
+                    "kind": cls.kind.value,
+                    "reason": cls.reason,
+                    "winning_commit": cls.to_dict()["winning_commit"],
+                    "seconds": None if lost.outcome is None else round(lost.outcome.seconds, 3),
+                }
+            )
+        history.decisions.append(
+            {
+                "attempt": history.attempts,
+                "kind": cls.kind.value,
+                "action": decision.action.value,
+                "delay_seconds": decision.delay_seconds,
+                "reason": decision.reason,
+            }
+        )
+        self.log.warning(
+            "attempt %d of %s on %s lost: %s -> %s", history.attempts, self.operation, self.table,
+            cls.kind.value, decision.action.value,
+        )
+
+    def report(
+        self,
+        declaration: WriteDeclaration,
+        outcome: WriteOutcome | None,
+        history: WriteHistory,
+        committed: bool | None = None,
+    ) -> dict[str, Any]:
+        """The XCom payload: what was written, where, after how many attempts and conflicts."""
+        return {
+            "table": declaration.table,
+            "operation": declaration.operation.value,
+            "profile": declaration.profile.name,
+            "partitions": None if declaration.partitions is None else [dict(p) for p in declaration.partitions],
+            "engine": self.engine_name,
+            "committed": bool(outcome is not None and outcome.committed) if committed is None else committed,
+            "version": None if outcome is None else outcome.version,
+            "snapshot_id": None if outcome is None else outcome.snapshot_id,
+            "rows": None if outcome is None else outcome.rows,
+            "seconds": None if outcome is None else round(outcome.seconds, 3),
+            "attempts": history.attempts,
+            "conflicts": list(history.conflicts),
+            "decisions": list(history.decisions),
+            "wasted_seconds": round(history.wasted_seconds, 3),
+            "tag": {} if outcome is None else dict(outcome.tag),
+        }
+
+    # ------------------------------------------------------------------ engine-specific
+
+    def run_attempt(self, declaration: WriteDeclaration, context: Any, attempt: int) -> WriteOutcome:
+        """Run the job once from a fresh snapshot; return the engine's outcome."""
+        raise NotImplementedError(f"{type(self).__name__} must implement run_attempt")
+
+
+def _utcnow() -> Any:
+    from airflow.sdk import timezone
+
+    return timezone.utcnow()
+
+
+def _state_store(context: Any) -> Any:
+    try:
+        return context.get("task_state_store")
+    except Exception:  # noqa: BLE001 - a context without the store (older runners)
+        return None
+
+
+def _load_history(context: Any) -> WriteHistory:
+    store = _state_store(context)
+    if store is None:
+        return WriteHistory()
+    try:
+        return WriteHistory.from_dict(store.get(_STATE_KEY))
+    except Exception:  # noqa: BLE001 - no state yet / the store is not reachable
+        return WriteHistory()
+
+
+def _store_history(context: Any, history: WriteHistory | None) -> None:
+    """Keep the history across a reschedule; clear it once the write is settled."""
+    store = _state_store(context)
+    if store is None:
+        return
+    try:
+        store.set(_STATE_KEY, None if history is None else asdict(history))
+    except Exception:  # noqa: BLE001 - losing the history only loses counts, never data
+        return
+
+
+def _emit_metrics(report: Mapping[str, Any], outcome: bool, action: Action | None = None) -> None:
+    """Conflicts by kind and table, retries, reschedules, wasted seconds (Airflow's Stats)."""
+    from airflow.sdk.observability.stats import Stats
+
+    tags = {"table": str(report["table"]), "operation": str(report["operation"])}
+    for conflict in report["conflicts"]:
+        Stats.incr(f"occflow.conflicts.{conflict['kind']}", tags=tags)
+    retries = sum(1 for d in report["decisions"] if d["action"] == Action.RETRY.value)
+    if retries:
+        Stats.incr("occflow.retries", retries, tags=tags)
+    if report["wasted_seconds"]:
+        Stats.timing("occflow.wasted_seconds", float(report["wasted_seconds"]) * 1000.0, tags=tags)
+    if action is not None:
+        Stats.incr(f"occflow.outcome.{action.value}", tags=tags)
+    elif outcome:
+        Stats.incr("occflow.outcome.committed", tags=tags)
+
+
+__all__ = [
+    "ConflictFailure",
+    "ConflictKind",
+    "OccflowWriteOperator",
+    "WriteHistory",
+    "WriteLost",
+    "WriteNotCommitted",
+]

@@ -1,0 +1,1 @@
+"""Triggers: serializable, async, and they hold no worker slot while a task waits."""
