@@ -407,17 +407,19 @@ def render_markdown(report: ConformanceReport) -> str:
         for comp in result.comparisons:
             out += ["", f"## {result.label}: observed vs {comp.profile}", ""]
             if comp.diverging:
+                own = get_profile(result.runner_profile)
                 out += [
-                    f"{len(comp.diverging)} divergences:",
+                    f"{len(comp.diverging)} divergences (*why*: the note of the {own.name} profile's cell):",
                     "",
-                    "| earlier | later | predicted | observed | engine error |",
-                    "|---|---|---|---|---|",
+                    "| earlier | later | predicted | observed | why | engine error |",
+                    "|---|---|---|---|---|---|",
                 ]
                 for row in comp.diverging:
+                    why = _why(own, row)
                     out.append(
                         f"| {row.earlier.value} | {row.later.value} | "
                         f"{_mark(row.predicted_fails, row.predicted_kind)} | "
-                        f"{_mark(row.observed_fails, row.observed_kind)} | "
+                        f"{_mark(row.observed_fails, row.observed_kind)} | {_md(why)} | "
                         f"{_md(_short(row.observed_error))} |"
                     )
             else:
@@ -431,6 +433,12 @@ def render_markdown(report: ConformanceReport) -> str:
             )
             out.append(f"| {a.value} | {b.value} | {_md(observed)} | {_md(_short(obs.later_error))} |")
     return "\n".join(out) + "\n"
+
+
+def _why(own: Profile, row: ConformanceRow) -> str:
+    if own.name == row.profile or row.earlier not in own.operations or row.later not in own.operations:
+        return row.note
+    return own.cell(row.earlier, row.later).note
 
 
 def _md(text: str) -> str:
