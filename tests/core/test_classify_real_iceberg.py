@@ -1,0 +1,160 @@
+"""Real Iceberg commit failures raised by Iceberg's own Java engine, reached through a real py4j bridge.
+
+A JVM is started with PySpark's launcher and the Iceberg runtime jar from the PyPI package in
+requirements (no SparkSession, so no Spark configuration is shared with other tests). Two
+``Table`` objects load the same table version from a Hadoop catalog directory; one commits, the
+other's commit fails in ``MergingSnapshotProducer`` / ``ManifestFilterManager`` /
+``HadoopTableOperations`` exactly as in a Spark job. Data files are metadata-only entries: commit
+validation never reads them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from occflow.core.classify import classify
+from occflow.core.kinds import ConflictKind
+
+pytestmark = pytest.mark.spark
+
+py4j_protocol = pytest.importorskip("py4j.protocol")
+Py4JJavaError = py4j_protocol.Py4JJavaError
+
+
+def _iceberg_jar() -> Path:
+    import snowpark_connect_deps_iceberg  # the PyPI package that ships the Iceberg runtime jars
+
+    jars = sorted(Path(snowpark_connect_deps_iceberg.__file__).parent.glob("jars/iceberg-spark-runtime-3.5_2.12-*.jar"))
+    if not jars:
+        pytest.fail("iceberg-spark-runtime-3.5_2.12 jar not found in snowpark_connect_deps_iceberg/jars")
+    return jars[-1]
+
+
+@pytest.fixture(scope="module")
+def jvm() -> Iterator[Any]:
+    from pyspark.java_gateway import launch_gateway
+
+    saved = os.environ.get("PYSPARK_SUBMIT_ARGS")
+    os.environ["PYSPARK_SUBMIT_ARGS"] = f"--driver-memory 512m --jars {_iceberg_jar()} pyspark-shell"
+    try:
+        gateway = launch_gateway()
+    finally:
+        if saved is None:
+            os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
+        else:
+            os.environ["PYSPARK_SUBMIT_ARGS"] = saved
+    try:
+        yield gateway.jvm
+    finally:
+        gateway.shutdown()
+
+
+class _Iceberg:
+    def __init__(self, jvm: Any, location: Path) -> None:
+        self.jvm = jvm
+        types = jvm.org.apache.iceberg.types
+        columns = jvm.java.util.ArrayList()
+        columns.add(getattr(types, "Types$NestedField").required(1, "id", getattr(types, "Types$LongType").get()))
+        self.spec = jvm.org.apache.iceberg.PartitionSpec.unpartitioned()
+        self.tables = jvm.org.apache.iceberg.hadoop.HadoopTables(jvm.org.apache.hadoop.conf.Configuration())
+        self.location = str(location)
+        self.tables.create(jvm.org.apache.iceberg.Schema(columns), self.spec, self.location)
+        self.expressions = jvm.org.apache.iceberg.expressions.Expressions
+
+    def data_file(self, name: str) -> Any:
+        return (
+            self.jvm.org.apache.iceberg.DataFiles.builder(self.spec)
+            .withPath(f"{self.location}/data/{name}.parquet")
+            .withFileSizeInBytes(100)
+            .withRecordCount(1)
+            .withFormat("PARQUET")
+            .build()
+        )
+
+    def load(self) -> Any:
+        return self.tables.load(self.location)
+
+
+def _raised(action: Any) -> Any:
+    with pytest.raises(Py4JJavaError) as info:
+        action()
+    return info.value
+
+
+def test_real_conflicting_append_fails_overwrite_validation(jvm: Any, tmp_path: Path) -> None:
+    ice = _Iceberg(jvm, tmp_path / "t")
+    ice.load().newAppend().appendFile(ice.data_file("a")).commit()
+    earlier, later = ice.load(), ice.load()
+    start = later.currentSnapshot().snapshotId()
+    earlier.newAppend().appendFile(ice.data_file("b")).commit()
+    always = ice.expressions.alwaysTrue()
+    error = _raised(
+        lambda: later.newOverwrite()
+        .overwriteByRowFilter(always)
+        .validateFromSnapshot(start)
+        .conflictDetectionFilter(always)
+        .validateNoConflictingData()
+        .commit()
+    )
+    assert error.java_exception.getClass().getName() == "org.apache.iceberg.exceptions.ValidationException"
+    result = classify(error)
+    assert result.kind is ConflictKind.VALIDATION_CONFLICT, result.reason
+    assert result.engine == "iceberg"
+    # The same error as text (what a driver log or the Py4J message shows) classifies the same.
+    assert classify(str(error)).kind is ConflictKind.VALIDATION_CONFLICT
+
+
+def test_real_concurrent_delete_of_the_same_file_is_a_validation_conflict(jvm: Any, tmp_path: Path) -> None:
+    ice = _Iceberg(jvm, tmp_path / "t")
+    file_a = ice.data_file("a")
+    ice.load().newAppend().appendFile(file_a).commit()
+    earlier, later = ice.load(), ice.load()
+    start = later.currentSnapshot().snapshotId()
+    earlier.newDelete().deleteFile(file_a).commit()
+    error = _raised(
+        lambda: later.newOverwrite().deleteFile(file_a).validateFromSnapshot(start).validateNoConflictingDeletes().commit()
+    )
+    assert "Missing required files to delete" in error.java_exception.getMessage()
+    assert classify(error).kind is ConflictKind.VALIDATION_CONFLICT
+
+
+def test_real_stale_metadata_commit_is_commit_failed_and_retry_safe(jvm: Any, tmp_path: Path) -> None:
+    ice = _Iceberg(jvm, tmp_path / "t")
+    earlier, later = ice.load(), ice.load()
+    ops = later.operations()
+    base = ops.current()
+    earlier.updateProperties().set("owner", "earlier").commit()
+    properties = jvm.java.util.HashMap()
+    properties.put("owner", "later")
+    error = _raised(lambda: ops.commit(base, base.replaceProperties(properties)))
+    assert error.java_exception.getClass().getName() == "org.apache.iceberg.exceptions.CommitFailedException"
+    result = classify(error)
+    assert result.kind is ConflictKind.COMMIT_FAILED
+    assert result.retry_safe
+
+
+def test_real_java_cause_chain_reaches_commit_state_unknown(jvm: Any) -> None:
+    unknown = jvm.org.apache.iceberg.exceptions.CommitStateUnknownException(jvm.java.lang.RuntimeException("Unknown failure"))
+    error = _raised(lambda: jvm.java.util.concurrent.CompletableFuture.failedFuture(unknown).get())
+    assert error.java_exception.getClass().getName() == "java.util.concurrent.ExecutionException"
+    result = classify(error)
+    assert result.kind is ConflictKind.COMMIT_STATE_UNKNOWN
+    assert not result.retry_safe
+    assert result.exception_class == "org.apache.iceberg.exceptions.CommitStateUnknownException"
+
+
+def test_real_java_errors_that_are_not_conflicts(jvm: Any, tmp_path: Path) -> None:
+    ice = _Iceberg(jvm, tmp_path / "t")
+    ice.load().newAppend().appendFile(ice.data_file("a")).commit()
+    unknown_column = ice.expressions.equal("no_such_column", 1)
+    user_error = _raised(lambda: ice.load().newScan().filter(unknown_column).planFiles().iterator().hasNext())
+    assert user_error.java_exception.getClass().getName() == "org.apache.iceberg.exceptions.ValidationException"
+    parse_error = _raised(lambda: jvm.java.lang.Integer.parseInt("not a number"))
+    for error in (user_error, parse_error):
+        result = classify(error)
+        assert result.kind is ConflictKind.NOT_A_CONFLICT, f"{error.java_exception.getMessage()} -> {result.reason}"
