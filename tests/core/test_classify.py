@@ -407,3 +407,12 @@ def test_marker_table_rows_name_their_source_and_every_kind_has_a_precedence() -
     assert set(PRECEDENCE) == set(ConflictKind) - {ConflictKind.NOT_A_CONFLICT}
     classes = [m.value for m in MARKERS if m.evidence is Evidence.CLASS]
     assert all("." in name for name in classes), "class markers must be qualified names"
+
+
+def test_docs_list_every_class_and_error_class_marker() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "classifier.md").read_text(encoding="utf-8")
+    for marker in MARKERS:
+        if marker.evidence is Evidence.ERROR_CLASS:
+            assert marker.value in doc, marker
+        elif marker.evidence is Evidence.CLASS:
+            assert marker.value.rsplit(".", 1)[1] in doc, marker

@@ -89,7 +89,7 @@ def _python_error_class(error: BaseException) -> str | None:
 
 def _safe_str(error: object) -> str:
     try:
-        return str(error)
+        return str(error)[-MAX_TEXT:]
     except Exception:  # noqa: BLE001 - str() of a py4j error calls into the JVM
         return ""
 
