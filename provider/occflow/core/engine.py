@@ -38,16 +38,24 @@ DELETED = None
 
 @dataclass(frozen=True)
 class Snapshot:
-    """One version of a table: its rows, its files, and its metadata versions."""
+    """One version of a table: its rows, its files, and its metadata versions.
+
+    Partitions a commit does not touch are shared with the previous snapshot, so a commit costs
+    what it changes, not the size of the table.
+    """
 
     version: int
     rows: Mapping[PartitionKey, Rows]
-    files: Mapping[FileRef, frozenset[RowId]]
+    partition_files: Mapping[PartitionKey, Mapping[FileRef, frozenset[RowId]]]
     schema_version: int = 0
     protocol_version: int = 1
 
+    @property
+    def files(self) -> dict[FileRef, frozenset[RowId]]:
+        return {f: rows for files in self.partition_files.values() for f, rows in files.items()}
+
     def live_files(self, partition: PartitionKey) -> frozenset[FileRef]:
-        return frozenset(f for f in self.files if f.partition == partition)
+        return frozenset(self.partition_files.get(partition, {}))
 
     def row_count(self, partition: PartitionKey | None = None) -> int:
         if partition is not None:
@@ -151,7 +159,11 @@ class ReferenceTable:
         self._ids = itertools.count(1)
         self._files = itertools.count(1)
         self._snapshots: list[Snapshot] = [
-            Snapshot(version=0, rows={p: {} for p in self._partitions}, files={})
+            Snapshot(
+                version=0,
+                rows={p: {} for p in self._partitions},
+                partition_files={p: {} for p in self._partitions},
+            )
         ]
         self._history: list[Commit] = []
         self._last_time = 0.0
@@ -337,50 +349,62 @@ class ReferenceTable:
 
     def _apply(self, txn: Transaction, latest: int) -> Commit:
         base = self._snapshots[-1]
-        rows = {p: dict(r) for p, r in base.rows.items()}
-        files = dict(base.files)
         change, fp = txn.change, txn.footprint
+        affected = (
+            set(change.replace_partitions)
+            | set(change.upserts)
+            | set(change.deletes)
+            | {f.partition for f in fp.files_removed | fp.files_added}
+        )
+        # Copy only what this commit touches; the rest is shared with the previous snapshot.
+        rows = dict(base.rows)
+        layout = dict(base.partition_files)
+        part_rows = {p: dict(base.rows[p]) for p in affected}
+        part_files = {p: dict(base.partition_files[p]) for p in affected}
         scope = self.profile.overwrite_scope
         for p in change.replace_partitions:
+            files = part_files[p]
             if scope is OverwriteScope.PARTITION_AT_COMMIT:
-                gone = {f for f in files if f.partition == p}
+                gone = set(files)
             else:  # Delta: only the files this job read; newer blind appends survive
                 gone = {f for f in fp.files_removed if f.partition == p and f in files}
             for f in gone:
                 for r in files.pop(f):
-                    rows[p].pop(r, None)
+                    part_rows[p].pop(r, None)
         touched: dict[PartitionKey, set[RowId]] = {}
         if self.profile.rules is RuleKind.FOOTPRINT and not change.compact:
             # Copy-on-write (Delta, Iceberg): the files read and rewritten go; the rows they
             # held that this job does not delete are carried into its new file.
             for f in sorted(fp.files_removed):
-                if f in files:
-                    touched.setdefault(f.partition, set()).update(files.pop(f))
+                if f in part_files[f.partition]:
+                    touched.setdefault(f.partition, set()).update(part_files[f.partition].pop(f))
         for p, deleted in change.deletes.items():
             for r in deleted:
-                rows[p].pop(r, None)
+                part_rows[p].pop(r, None)
             touched.setdefault(p, set()).update(deleted)
         for p, upserts in change.upserts.items():
-            rows[p].update(upserts)
+            part_rows[p].update(upserts)
             touched.setdefault(p, set()).update(upserts)
         # Rows this job wrote move to its new file; files left empty disappear (merge-on-read
         # semantics, which is also what copy-on-write leaves once the removed files are gone).
-        for f in [f for f in files if f.partition in touched]:
-            kept = files[f] - touched[f.partition]
-            if kept:
-                files[f] = frozenset(kept)
-            else:
-                del files[f]
+        for p, moved in touched.items():
+            files = part_files[p]
+            for f in list(files):
+                kept = files[f] - moved
+                if kept:
+                    files[f] = frozenset(kept)
+                else:
+                    del files[f]
         new_files = sorted(fp.files_added)
         if change.compact:
             operation_rules = self.profile.rules is RuleKind.OPERATION
             for p in {f.partition for f in fp.files_added}:
+                files = part_files[p]
                 merged: set[RowId] = set()
                 targets = [
                     f
                     for f in files
-                    if f.partition == p
-                    and (f in fp.files_removed or (operation_rules and files[f] & change.compacted_rows[p]))
+                    if f in fp.files_removed or (operation_rules and files[f] & change.compacted_rows[p])
                 ]
                 for f in targets:
                     merged |= files.pop(f)
@@ -389,9 +413,11 @@ class ReferenceTable:
                     files[target] = frozenset(merged)
         else:
             for f in new_files:
-                written = touched.get(f.partition, set()) & set(rows[f.partition])
+                written = touched.get(f.partition, set()) & set(part_rows[f.partition])
                 if written:
-                    files[f] = frozenset(written)
+                    part_files[f.partition][f] = frozenset(written)
+        rows.update(part_rows)
+        layout.update(part_files)
         now = max(self._clock(), self._last_time + 1e-6)
         data_change = fp.data_change and not fp.metadata_change
         if data_change:
@@ -400,7 +426,7 @@ class ReferenceTable:
         snap = Snapshot(
             version=version,
             rows=rows,
-            files=files,
+            partition_files=layout,
             schema_version=base.schema_version + (1 if fp.metadata_change else 0),
             protocol_version=base.protocol_version + (1 if fp.protocol_change else 0),
         )
