@@ -282,6 +282,14 @@ def test_delta_spark_python_classes_match_by_qualified_name_without_a_shared_bas
     assert classify(err).kind is kind
 
 
+def test_pyiceberg_commit_classes_match_by_qualified_name() -> None:
+    # PyIceberg is not installed here: classes with its module path stand in for it.
+    failed = _delta_python_class("pyiceberg.exceptions", "CommitFailedException")("Requirement failed")
+    unknown = _delta_python_class("pyiceberg.exceptions", "CommitStateUnknownException")("504")
+    assert classify(failed).kind is ConflictKind.COMMIT_FAILED
+    assert classify(unknown).kind is ConflictKind.COMMIT_STATE_UNKNOWN
+
+
 def test_same_simple_name_in_another_module_is_not_a_delta_conflict() -> None:
     err = _delta_python_class("myapp.errors", "ConcurrentAppendException")("")
     assert classify(err).kind is ConflictKind.NOT_A_CONFLICT

@@ -46,6 +46,7 @@ DELTA_RS_CONFLICT = "delta-io/delta-rs crates/core/src/kernel/transaction/confli
 DELTA_RS_TXN = "delta-io/delta-rs crates/core/src/kernel/transaction/mod.rs TransactionError"
 DELTA_RS_TABLE = "delta-io/delta-rs crates/core/src/errors.rs DeltaTableError::VersionAlreadyExists"
 ICEBERG_EXC = "apache/iceberg api/src/main/java/org/apache/iceberg/exceptions/"
+PYICEBERG_EXC = "apache/iceberg-python pyiceberg/exceptions.py"
 ICEBERG_MSP = "apache/iceberg core/src/main/java/org/apache/iceberg/MergingSnapshotProducer.java"
 ICEBERG_MFM = "apache/iceberg core/src/main/java/org/apache/iceberg/ManifestFilterManager.java"
 ODPS_0110061 = "MaxCompute error code doc ODPS-0110061 (alibabacloud.com/help/en/maxcompute/user-guide/odps-0110061)"
@@ -183,9 +184,16 @@ _DELTA_RS_TEMPLATES: tuple[tuple[ConflictKind, str, str], ...] = (
     (K.CONCURRENT_WRITE, r"Delta transaction failed, version \d+ already exists\.", DELTA_RS_TABLE),
 )
 
-_ICEBERG_CLASSES: tuple[tuple[str, ConflictKind], ...] = (
-    ("org.apache.iceberg.exceptions.CommitStateUnknownException", K.COMMIT_STATE_UNKNOWN),
-    ("org.apache.iceberg.exceptions.CommitFailedException", K.COMMIT_FAILED),
+_ICEBERG_CLASSES: tuple[tuple[str, ConflictKind, str], ...] = (
+    (
+        "org.apache.iceberg.exceptions.CommitStateUnknownException",
+        K.COMMIT_STATE_UNKNOWN,
+        ICEBERG_EXC + "CommitStateUnknownException.java",
+    ),
+    ("org.apache.iceberg.exceptions.CommitFailedException", K.COMMIT_FAILED, ICEBERG_EXC + "CommitFailedException.java"),
+    # PyIceberg's own classes ("Commit failed, refresh and try again" / "... unknown reason").
+    ("pyiceberg.exceptions.CommitStateUnknownException", K.COMMIT_STATE_UNKNOWN, PYICEBERG_EXC),
+    ("pyiceberg.exceptions.CommitFailedException", K.COMMIT_FAILED, PYICEBERG_EXC),
 )
 
 # ValidationException is also raised for plain user errors, so only these templates count.
@@ -242,8 +250,8 @@ def _rows() -> tuple[Marker, ...]:
         rows.append(Marker(kind, "delta-spark", Evidence.MESSAGE, pattern, source))
     for kind, pattern, source in _DELTA_RS_TEMPLATES:
         rows.append(Marker(kind, "delta-rs", Evidence.MESSAGE, pattern, source))
-    for name, kind in _ICEBERG_CLASSES:
-        rows.append(Marker(kind, "iceberg", Evidence.CLASS, name, ICEBERG_EXC + name.rsplit(".", 1)[1] + ".java"))
+    for name, kind, source in _ICEBERG_CLASSES:
+        rows.append(Marker(kind, "iceberg", Evidence.CLASS, name, source))
     for kind, pattern, source in _ICEBERG_TEMPLATES:
         rows.append(Marker(kind, "iceberg", Evidence.MESSAGE, pattern, source))
     for kind, pattern, source in _MAXCOMPUTE_TEMPLATES:
