@@ -54,7 +54,7 @@ def test_merge_that_loses_to_a_concurrent_append_is_retried_from_a_fresh_snapsho
     run = run_dag(
         COMMON.format(path=path, mark=mark)
         + '''
-def source(context):
+def source(context, snapshot):
     competitor_once()
     return pa.table({"id": [1, 9], "ds": ["a", "a"], "v": [7, 7]})
 

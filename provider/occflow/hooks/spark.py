@@ -1,9 +1,12 @@
 """``occflow_spark`` connections: where a write job's Spark session comes from.
 
-A connection names a master URL (``local[2]``, ``spark://host:7077``, ``yarn``) or a Spark
-Connect URL (``sc://host:15002``), Spark conf, and the table format's catalog settings, all in
-its extras. The default connection id maps to the embedded local session (``local[2]``, a
-local Iceberg warehouse) when no such connection is defined, so the example DAGs run on a laptop.
+A connection names a master URL (``local[2]``, ``spark://host:7077``, ``yarn``) in its host or a
+Spark Connect URL (``sc://host:15002``), and in its extras the keys of
+``occflow.engines.spark.SparkConfig``: ``table_format``, ``conf`` (Spark conf), ``catalog`` (the
+table format's catalog settings), ``jars``, ``home``, ``app_name``. The default connection id
+maps to the embedded local session (``local[2]``, an Iceberg JDBC catalog on SQLite and a local
+warehouse under ``$OCCFLOW_HOME``) when no such connection is defined, so the example DAGs run
+on a laptop.
 """
 
 from __future__ import annotations
@@ -17,66 +20,34 @@ from typing import Any
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from ..core.errors import InvalidDeclarationError
-
 DEFAULT_CONN_ID = "occflow_spark_default"
 CONN_TYPE = "occflow_spark"
 
-# Extras a connection may carry; anything else is a typo the user should hear about.
-_EXTRA_KEYS = frozenset({"master", "remote", "conf", "catalog", "warehouse", "app_name", "spark_submit"})
+
+def embedded_home() -> Path:
+    """Where the embedded default keeps warehouse and catalog: ``$OCCFLOW_HOME`` or ``~/.occflow``."""
+    return Path(os.environ.get("OCCFLOW_HOME") or Path.home() / ".occflow").expanduser()
 
 
 def embedded_warehouse() -> str:
-    """Where the embedded default keeps its tables: ``$OCCFLOW_WAREHOUSE`` or ``$AIRFLOW_HOME/occflow_warehouse``."""
-    if os.environ.get("OCCFLOW_WAREHOUSE"):
-        return os.environ["OCCFLOW_WAREHOUSE"]
-    home = Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow")
-    return str(home / "occflow_warehouse")
+    return str(embedded_home() / "warehouse")
 
 
-def embedded_config() -> dict[str, Any]:
-    """The session config of the embedded default: small local Spark, local Iceberg warehouse."""
-    return {
-        "master": "local[2]",
-        "app_name": "occflow",
-        "warehouse": embedded_warehouse(),
-        "conf": {"spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false"},
-        "catalog": {},
-    }
+def config_from_connection(host: str | None, extras: Mapping[str, Any]) -> dict[str, Any]:
+    """A Spark config dict from a connection's host and extras, validated by ``SparkConfig``."""
+    from ..engines.spark import SparkConfig
 
-
-def config_from_extras(host: str | None, extras: Mapping[str, Any]) -> dict[str, Any]:
-    """A session config from a connection's host and extras; unknown extras are an error."""
-    unknown = set(extras) - _EXTRA_KEYS
-    if unknown:
-        raise InvalidDeclarationError(
-            f"occflow_spark connection: unknown extras {sorted(unknown)}; known: {sorted(_EXTRA_KEYS)}"
-        )
-    config = embedded_config()
-    master = extras.get("master") or host or config["master"]
-    if str(master).startswith("sc://"):
-        config["remote"] = str(master)
-        config.pop("master")
-    else:
-        config["master"] = str(master)
-    if extras.get("remote"):
-        config["remote"] = str(extras["remote"])
-        config.pop("master", None)
-    for key in ("conf", "catalog", "spark_submit"):
-        value = extras.get(key, {})
-        if isinstance(value, str):
-            value = json.loads(value)
-        if not isinstance(value, Mapping):
-            raise InvalidDeclarationError(f"occflow_spark connection: extra {key!r} must be a JSON object")
-        config[key] = {**config.get(key, {}), **{str(k): str(v) for k, v in value.items()}}
-    for key in ("warehouse", "app_name"):
-        if extras.get(key):
-            config[key] = str(extras[key])
-    return config
+    data: dict[str, Any] = {}
+    for key, value in extras.items():
+        # The UI stores nested extras as JSON text.
+        data[key] = json.loads(value) if key in ("conf", "catalog", "jars") and isinstance(value, str) else value
+    if host and "master" not in data and "remote" not in data:
+        data["remote" if host.startswith("sc://") else "master"] = host
+    return SparkConfig.from_dict(data).to_dict()
 
 
 class OccflowSparkHook(BaseHook):
-    """Reads an ``occflow_spark`` connection into the config dict the Spark engine starts from."""
+    """Reads an ``occflow_spark`` connection into the config the Spark engine starts from."""
 
     conn_name_attr = "occflow_spark_conn_id"
     default_conn_name = DEFAULT_CONN_ID
@@ -95,8 +66,11 @@ class OccflowSparkHook(BaseHook):
             "placeholders": {
                 "host": "local[2] | spark://host:7077 | yarn | sc://host:15002",
                 "extra": json.dumps(
-                    {"conf": {"spark.executor.memory": "2g"}, "catalog": {"type": "hadoop"},
-                     "warehouse": "s3a://bucket/warehouse"}
+                    {
+                        "table_format": "iceberg",
+                        "conf": {"spark.executor.memory": "2g"},
+                        "catalog": {"type": "hadoop", "warehouse": "s3a://bucket/warehouse"},
+                    }
                 ),
             },
         }
@@ -107,6 +81,8 @@ class OccflowSparkHook(BaseHook):
             conn = self.get_connection(self.conn_id)
         except AirflowNotFoundException:
             if self.conn_id == DEFAULT_CONN_ID:
-                return embedded_config()
+                from ..engines.spark import SparkConfig
+
+                return SparkConfig().to_dict()
             raise
-        return config_from_extras(conn.host, conn.extra_dejson or {})
+        return config_from_connection(conn.host, conn.extra_dejson or {})

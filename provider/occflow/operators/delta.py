@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from ..core.declaration import WriteDeclaration
@@ -33,18 +32,19 @@ _BUILT_IN = frozenset(
 
 
 def default_delta_location(table: str) -> str:
-    """``$OCCFLOW_WAREHOUSE/delta/<table>`` (or under ``$AIRFLOW_HOME``) for the embedded default."""
-    from ..hooks.spark import embedded_warehouse
+    """``$OCCFLOW_HOME/delta/<db>/<table>`` (``~/.occflow`` by default) for the embedded default."""
+    from ..hooks.spark import embedded_home
 
-    return str(Path(embedded_warehouse()) / "delta" / table.replace("`", "").replace(".", os.sep))
+    return str(embedded_home() / "delta" / table.replace("`", "").replace(".", os.sep))
 
 
 class DeltaWriteOperator(OccflowWriteOperator):
     """A write on a Delta table through delta-rs, under the table's conflict policy.
 
     :param path: the table's location; default ``<warehouse>/delta/<table>``.
-    :param data: rows to write: a pyarrow table, or ``data(context)`` returning one (called on
-        every attempt, so a retry writes what a fresh read would give).
+    :param data: rows to write: a pyarrow table, or ``data(context, snapshot)`` returning one,
+        called on every attempt with that attempt's fresh snapshot (a ``DeltaTable``), so a retry
+        writes what a fresh read gives, on the table's current schema.
     :param merge_keys: MERGE key columns (operation ``merge``).
     :param where: extra equality filter ``{column: value}`` for delete / update / overwrite.
     :param set_values: ``{column: value}`` for update.
@@ -109,11 +109,11 @@ class DeltaWriteOperator(OccflowWriteOperator):
         op = declaration.operation
         where = Where.equals(self.where) if self.where else None
         if op is Operation.INSERT_INTO:
-            return table.append(self._rows(context), snapshot=snapshot, commit=commit)
+            return table.append(self._rows(context, snapshot), snapshot=snapshot, commit=commit)
         if op is Operation.INSERT_OVERWRITE:
-            return table.overwrite(self._rows(context), where=where, partition=partition, snapshot=snapshot, commit=commit)
+            return table.overwrite(self._rows(context, snapshot), where=where, partition=partition, snapshot=snapshot, commit=commit)
         if op is Operation.MERGE:
-            return table.merge(self._rows(context), self.merge_keys, partition=partition, snapshot=snapshot, commit=commit)
+            return table.merge(self._rows(context, snapshot), self.merge_keys, partition=partition, snapshot=snapshot, commit=commit)
         if op is Operation.DELETE:
             return table.delete(where, partition=partition, snapshot=snapshot, commit=commit)
         if op is Operation.TRUNCATE:
@@ -126,8 +126,8 @@ class DeltaWriteOperator(OccflowWriteOperator):
             return table.add_columns(self.add_columns, snapshot=snapshot, commit=commit)
         return table.set_properties(self.properties or {}, snapshot=snapshot, commit=commit)
 
-    def _rows(self, context: Any) -> Any:
-        return self.data(context) if callable(self.data) else self.data
+    def _rows(self, context: Any, snapshot: Any) -> Any:
+        return self.data(context, snapshot) if callable(self.data) else self.data
 
 
 def _single_partition(declaration: WriteDeclaration) -> dict[str, Any] | None:
