@@ -247,8 +247,8 @@ def split_table(table: str) -> list[str]:
     """The parts of ``catalog.db.table`` (backquoted parts allowed); anything else is an error."""
     if not isinstance(table, str) or not table.strip():
         raise InvalidDeclarationError(f"table identifier must be a non-empty string, got {table!r}")
-    parts = re.findall(r"`(?:[^`]|``)+`|[^.]+", table.strip())
-    if "".join(parts) != table.strip().replace(".", "") or not all(_IDENT_PART.match(p) for p in parts):
+    parts = re.findall(r"`(?:[^`]|``)+`|[^.`]+", table.strip())
+    if ".".join(parts) != table.strip() or not all(_IDENT_PART.match(p) for p in parts):
         raise InvalidDeclarationError(
             f"bad table identifier {table!r}: expected dot-separated names of letters, digits and "
             "underscores (or `backquoted` names), e.g. lake.db.events"
@@ -567,6 +567,12 @@ class SparkEngine:
                     )
             self._spark = spark
             return spark
+
+    def attach(self, spark: Any) -> None:
+        """Use a session someone else started (spark-submit, a notebook) instead of building one."""
+        self.format.prepare()
+        with _session_lock:
+            self._spark = spark
 
     def stop(self) -> None:
         with _session_lock:

@@ -1,0 +1,94 @@
+"""Delta Lake on Spark via delta-spark: the user's jars, Delta's SQL extensions and catalog.
+
+occflow ships no Delta jars (Maven artifacts, matched to the cluster's Spark and Scala): the
+user names them, in the config's ``jars`` or in ``OCCFLOW_DELTA_SPARK_JARS`` (comma-separated
+paths), e.g. ``delta-spark_2.12-3.3.2.jar,delta-storage-3.3.2.jar`` for Spark 3.5.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .spark import CommitInfo, SparkConfigError, quote_table
+
+if TYPE_CHECKING:
+    from .spark import SparkConfig
+
+JARS_ENV = "OCCFLOW_DELTA_SPARK_JARS"
+EXTENSIONS = "io.delta.sql.DeltaSparkSessionExtension"
+CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+
+
+def jars_from_env() -> list[str]:
+    value = os.environ.get(JARS_ENV, "")
+    return [p.strip() for p in value.split(",") if p.strip()]
+
+
+@dataclass(frozen=True)
+class DeltaFormat:
+    jar_paths: tuple[str, ...]
+    name: str = "delta"
+
+    @classmethod
+    def from_config(cls, config: SparkConfig) -> DeltaFormat:
+        unknown = sorted(set(config.catalog) - {"jars"})
+        if unknown:
+            raise SparkConfigError(f"unknown Delta catalog keys {unknown}; known keys: jars")
+        listed = config.catalog.get("jars") or []
+        if isinstance(listed, str):
+            listed = [p for p in listed.split(",") if p.strip()]
+        return cls(tuple(str(p) for p in listed))
+
+    def spark_conf(self) -> dict[str, str]:
+        return {"spark.sql.extensions": EXTENSIONS, "spark.sql.catalog.spark_catalog": CATALOG}
+
+    def jars(self) -> list[str]:
+        jars = list(self.jar_paths) or jars_from_env()
+        if not jars:
+            raise SparkConfigError(
+                f"Delta on Spark needs the delta-spark jars: set {JARS_ENV} to comma-separated jar "
+                "paths (delta-spark_2.12 and delta-storage for Spark 3.5) or give catalog.jars"
+            )
+        missing = [j for j in jars if "://" not in j and not Path(j).is_file()]
+        if missing:
+            raise SparkConfigError(f"Delta jars not found: {', '.join(missing)} (from {JARS_ENV} or catalog.jars)")
+        return jars
+
+    def prepare(self) -> None:
+        return None
+
+    def before(self, spark: Any, table: str) -> int | None:
+        return latest_version(spark, table)
+
+    def after(self, spark: Any, table: str, before: int | None) -> CommitInfo:
+        """The newest commit after ``before`` (Delta's history names the version and its metrics)."""
+        rows = spark.sql(f"DESCRIBE HISTORY {quote_table(table)} LIMIT 20").collect()
+        newer = [r for r in rows if before is None or int(r["version"]) > before]
+        if not newer:
+            return CommitInfo(tag={"commit": "none"})
+        latest = max(newer, key=lambda r: int(r["version"]))
+        metrics = dict(latest["operationMetrics"] or {})
+        tag = {"delta_operation": str(latest["operation"])}
+        if len(newer) > 1:
+            tag["commit"] = f"ambiguous: {len(newer)} commits since the job started"
+        out_rows = metrics.get("numOutputRows") or metrics.get("numUpdatedRows") or metrics.get("numDeletedRows")
+        return CommitInfo(
+            version=int(latest["version"]),
+            rows=None if out_rows is None else int(out_rows),
+            tag=tag,
+        )
+
+
+def latest_version(spark: Any, table: str) -> int | None:
+    """The table's latest version; None when the table does not exist yet."""
+    try:
+        rows = spark.sql(f"DESCRIBE HISTORY {quote_table(table)} LIMIT 1").collect()
+    except Exception as exc:
+        text = str(exc)
+        if "TABLE_OR_VIEW_NOT_FOUND" in text or "not found" in text.lower() or "is not a Delta table" in text:
+            return None
+        raise
+    return int(rows[0]["version"]) if rows else None

@@ -1,0 +1,310 @@
+"""Caller side of the spark-submit channel: start a driver process, find it again, read its outcome.
+
+``submit_job`` starts ``spark-submit occflow/engines/driver.py ...`` as a subprocess in its own
+session and writes a small state file next to the outcome path (pid, command, log). Anyone who
+knows the outcome path can ``SubmittedJob.reconnect`` to it later (an Airflow worker resuming a
+task, a trigger polling it) and ``poll`` / ``wait`` for the ``WriteOutcome``. A driver that dies
+without an outcome becomes a failed outcome whose error is the log tail, classified like any
+other error text, so a crash is never mistaken for success.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import InvalidDeclarationError
+from ..core.kinds import Classification, ConflictKind, WinningCommit
+from ..core.operations import Operation, parse_operation
+from .driver import write_atomically
+from .outcome import ErrorInfo, WriteOutcome
+from .spark import (
+    ApplicationJob,
+    CallableJob,
+    JobContext,
+    SparkConfig,
+    SqlJob,
+    as_job,
+    classify_error,
+    split_table,
+)
+
+DRIVER_FILE = Path(__file__).with_name("driver.py")
+LOG_TAIL_CHARS = 8000
+
+
+class SubmitError(InvalidDeclarationError):
+    """A job that cannot be submitted, or an outcome path with no submitted job behind it."""
+
+
+def spark_submit_path() -> str:
+    """pyspark's own ``bin/spark-submit`` (or ``$SPARK_HOME/bin/spark-submit`` when set)."""
+    home = os.environ.get("SPARK_HOME")
+    if home and (Path(home) / "bin" / "spark-submit").is_file():
+        return str(Path(home) / "bin" / "spark-submit")
+    import pyspark
+
+    path = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    if not path.is_file():
+        raise SubmitError(f"spark-submit not found at {path}; set SPARK_HOME")
+    return str(path)
+
+
+def _job_args(job: SqlJob | CallableJob | ApplicationJob) -> list[str]:
+    if isinstance(job, SqlJob):
+        return ["--sql", job.text]
+    if isinstance(job, ApplicationJob):
+        args = ["--application", str(Path(job.path).absolute())]
+        for arg in job.args:
+            args += ["--app-arg", arg]
+        return args
+    fn = job.fn
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", "")
+    if not module or "<" in qualname or module == "__main__":
+        raise SubmitError(
+            f"callable {fn!r} cannot run in another process: give an importable 'module:function' "
+            "(not a lambda, a nested function or a __main__ function)"
+        )
+    return ["--callable", f"{module}:{qualname}"]
+
+
+def outcome_from_dict(data: Mapping[str, Any]) -> WriteOutcome:
+    """The ``WriteOutcome`` a driver wrote (``WriteOutcome.to_json`` read back)."""
+    err = data.get("error")
+    cls = data.get("classification")
+    classification = None
+    if cls:
+        wc = cls.get("winning_commit")
+        classification = Classification(
+            kind=ConflictKind(cls["kind"]),
+            engine=cls.get("engine", ""),
+            reason=cls.get("reason", ""),
+            winning_commit=None if not wc else WinningCommit(**{k: wc.get(k) for k in ("version", "snapshot_id", "operation", "timestamp")}),
+            exception_class=cls.get("exception_class"),
+            error_class=cls.get("error_class"),
+        )
+    error = None
+    if err:
+        error = ErrorInfo(
+            exception_class=err["exception_class"],
+            messages=tuple(err.get("messages") or ()),
+            error_class=err.get("error_class"),
+            cause_classes=tuple(err.get("cause_classes") or ()),
+        )
+    if error is not None and classification is None:
+        classification = classify_error(error)
+    return WriteOutcome(
+        engine=data["engine"],
+        table=data["table"],
+        operation=Operation(data["operation"]),
+        committed=bool(data["committed"]),
+        seconds=float(data["seconds"]),
+        version=data.get("version"),
+        snapshot_id=data.get("snapshot_id"),
+        rows=data.get("rows"),
+        error=error,
+        classification=classification,
+        tag={str(k): str(v) for k, v in (data.get("tag") or {}).items()},
+    )
+
+
+def read_outcome(path: str | Path) -> WriteOutcome | None:
+    """The outcome at ``path``, or None while the driver has not written it."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    return outcome_from_dict(json.loads(text))
+
+
+def _pid_alive(pid: int, marker: str) -> bool:
+    """Whether ``pid`` runs and is our driver (its command line names ``marker``), reaping it
+    if it is our own child that has exited."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    except ChildProcessError:
+        pass  # not our child: another process started it, fine
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    if cmdline.exists():
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            return False
+        # A recycled pid running something else is not our driver.
+        return marker in text
+    return True
+
+
+@dataclass(frozen=True)
+class SubmittedJob:
+    """A driver process started by ``submit_job``; everything needed to find it again."""
+
+    outcome_path: str
+    pid: int
+    log_path: str
+    table: str
+    operation: str
+    command: tuple[str, ...] = ()
+    started_at: float = field(default_factory=time.time)
+
+    @property
+    def state_path(self) -> Path:
+        return Path(self.outcome_path + ".job.json")
+
+    def save(self) -> None:
+        state = {
+            "outcome_path": self.outcome_path,
+            "pid": self.pid,
+            "log_path": self.log_path,
+            "table": self.table,
+            "operation": self.operation,
+            "command": list(self.command),
+            "started_at": self.started_at,
+        }
+        write_atomically(self.state_path, json.dumps(state, indent=2))
+
+    @classmethod
+    def reconnect(cls, outcome_path: str | Path) -> SubmittedJob:
+        """The job whose driver writes ``outcome_path`` (started here or by another process)."""
+        state = Path(str(outcome_path) + ".job.json")
+        if not state.is_file():
+            raise SubmitError(f"no submitted job writes {outcome_path}: {state} does not exist")
+        data = json.loads(state.read_text(encoding="utf-8"))
+        return cls(
+            outcome_path=data["outcome_path"],
+            pid=int(data["pid"]),
+            log_path=data["log_path"],
+            table=data["table"],
+            operation=data["operation"],
+            command=tuple(data.get("command") or ()),
+            started_at=float(data.get("started_at") or 0.0),
+        )
+
+    def running(self) -> bool:
+        return _pid_alive(self.pid, self.outcome_path)
+
+    def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
+        try:
+            with open(self.log_path, "rb") as handle:
+                handle.seek(0, os.SEEK_END)
+                size = handle.tell()
+                handle.seek(max(0, size - chars))
+                return handle.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def poll(self) -> WriteOutcome | None:
+        """The outcome if the driver has finished, else None."""
+        outcome = read_outcome(self.outcome_path)
+        if outcome is not None:
+            return outcome
+        if self.running():
+            return None
+        outcome = read_outcome(self.outcome_path)  # it may have written just before exiting
+        return outcome if outcome is not None else self._no_outcome()
+
+    def wait(self, timeout: float | None = None, interval: float = 0.5) -> WriteOutcome:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            outcome = self.poll()
+            if outcome is not None:
+                return outcome
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"driver pid {self.pid} wrote no outcome to {self.outcome_path} in {timeout} s")
+            time.sleep(interval)
+
+    def kill(self) -> None:
+        """Stop the driver and its JVM (the driver runs in its own process group)."""
+        if self.running():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, signal.SIGTERM)
+
+    def _no_outcome(self) -> WriteOutcome:
+        tail = self.log_tail()
+        message = f"driver pid {self.pid} exited without writing an outcome to {self.outcome_path}"
+        error = ErrorInfo(exception_class="occflow.engines.submit.DriverExited", messages=(message, tail))
+        return WriteOutcome(
+            engine="spark-submit",
+            table=self.table,
+            operation=parse_operation(self.operation),
+            committed=False,
+            seconds=max(0.0, time.time() - self.started_at),
+            error=error,
+            # The log tail may hold the engine's exception (a driver killed mid-commit, say).
+            classification=classify_error(tail or message),
+            tag={"log": self.log_path},
+        )
+
+
+def submit_job(
+    job: SqlJob | CallableJob | ApplicationJob | str | Path | Callable[[Any, JobContext], None],
+    table: str,
+    outcome_path: str | Path,
+    operation: Operation | str | None = None,
+    config: SparkConfig | Mapping[str, Any] | None = None,
+    params: Mapping[str, str] | None = None,
+    py_files: Sequence[str | Path] = (),
+    spark_submit: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> SubmittedJob:
+    """Start ``job`` in a spark-submit driver that writes its outcome to ``outcome_path``."""
+    the_job = as_job(job)
+    split_table(table)
+    cfg = config if isinstance(config, SparkConfig) else SparkConfig.from_dict(config)
+    if cfg.remote:
+        raise SubmitError("spark-submit needs a master URL, not a Spark Connect remote; run the job in-process")
+    op = parse_operation(operation) if operation is not None else the_job.operation()
+    if op is None:
+        raise SubmitError(f"cannot tell the operation of {the_job.describe()!r}: pass operation=")
+    out = Path(outcome_path).absolute()
+    if out.exists():
+        raise SubmitError(f"outcome path {out} already holds an outcome; give each run its own path")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cfg.table_format_spec().prepare()  # SQLite catalog schema, warehouse: before any driver runs
+    command = [spark_submit or spark_submit_path(), "--master", cfg.master]
+    for key, value in cfg.spark_conf().items():
+        command += ["--conf", f"{key}={value}"]
+    if py_files:
+        command += ["--py-files", ",".join(str(Path(p).absolute()) for p in py_files)]
+    command += [str(DRIVER_FILE), "--outcome", str(out), "--table", table, "--operation", op.value]
+    command += ["--config", json.dumps(cfg.to_dict())]
+    for key, value in (params or {}).items():
+        command += ["--param", f"{key}={value}"]
+    command += _job_args(the_job)
+    child_env = dict(os.environ)
+    child_env.setdefault("PYSPARK_PYTHON", sys.executable)
+    child_env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    child_env.update(env or {})
+    log_path = str(out) + ".log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=child_env, start_new_session=True
+        )
+    submitted = SubmittedJob(
+        outcome_path=str(out),
+        pid=proc.pid,
+        log_path=log_path,
+        table=table,
+        operation=op.value,
+        command=tuple(command),
+    )
+    submitted.save()
+    return submitted
