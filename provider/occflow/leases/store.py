@@ -214,23 +214,23 @@ class LeaseStore:
         """Drop expired leases and queue places of ``table``; their holders stopped beating."""
         L, K, Q = schema.leases, schema.lease_keys, schema.queue
         expired = conn.execute(
-            sa.select(L).where(L.c.table_name == table, L.c.expires_at <= now)
+            L.delete()
+            .where(L.c.table_name == table, L.c.expires_at <= now)
+            .returning(L.c.lease_id, L.c.request_id, L.c.operation, L.c.profile, L.c.partitions, L.c.pid)
         ).all()
         if expired:
-            ids = [r.lease_id for r in expired]
-            conn.execute(K.delete().where(K.c.lease_id.in_(ids)))
-            conn.execute(L.delete().where(L.c.lease_id.in_(ids)))
+            conn.execute(K.delete().where(K.c.lease_id.in_([r.lease_id for r in expired])))
             for r in expired:
                 self._event(conn, now, "expire", table, r.operation, r.profile, r.partitions,
                             lease_id=r.lease_id, request_id=r.request_id, pid=r.pid)
         gone = conn.execute(
-            sa.select(Q).where(Q.c.table_name == table, Q.c.expires_at <= now)
+            Q.delete()
+            .where(Q.c.table_name == table, Q.c.expires_at <= now)
+            .returning(Q.c.request_id, Q.c.operation, Q.c.profile, Q.c.partitions, Q.c.pid)
         ).all()
-        if gone:
-            conn.execute(Q.delete().where(Q.c.request_id.in_([r.request_id for r in gone])))
-            for r in gone:
-                self._event(conn, now, "dequeue", table, r.operation, r.profile, r.partitions,
-                            request_id=r.request_id, pid=r.pid)
+        for r in gone:
+            self._event(conn, now, "dequeue", table, r.operation, r.profile, r.partitions,
+                        request_id=r.request_id, pid=r.pid)
         return len(expired)
 
     def _candidate_leases(self, conn: Connection, request: LeaseRequest, now: float) -> Sequence[Any]:
@@ -265,20 +265,15 @@ class LeaseStore:
                 ):
                     blockers.append(Blocker("lease", row.lease_id, row.operation, keys, _holder_of(row)))
 
-            own = conn.execute(sa.select(Q).where(Q.c.request_id == request.request_id)).first()
+            # Every place in this table's queue (expired ones were just reclaimed), ours included.
+            waiting = conn.execute(sa.select(Q).where(Q.c.table_name == request.table)).all()
+            own = next((row for row in waiting if row.request_id == request.request_id), None)
             if own is not None:
                 place = (own.queue_key, own.enqueued_at, own.request_id)
             else:
                 place = (now - self.priorities.head_start(request.operation), now, request.request_id)
-            waiting = conn.execute(
-                sa.select(Q).where(
-                    Q.c.table_name == request.table,
-                    Q.c.request_id != request.request_id,
-                    Q.c.expires_at > now,
-                )
-            ).all()
             for row in waiting:
-                if (row.queue_key, row.enqueued_at, row.request_id) >= place:
+                if row is own or (row.queue_key, row.enqueued_at, row.request_id) >= place:
                     continue
                 keys = _load_keys(row.partitions)
                 if footprints_overlap(keys, request.partitions) and operations_conflict(
