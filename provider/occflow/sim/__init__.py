@@ -1,0 +1,31 @@
+"""The simulator: how much work each policy wastes, and how close it gets to the optimum.
+
+``simulate(load_workload(path), "occflow", seed=0)`` runs one policy on one workload; commits
+are validated by ``occflow.core.engine.ReferenceTable`` with each table's profile.
+"""
+
+from __future__ import annotations
+
+from .metrics import LowerBound, Metrics, lower_bound
+from .policies import POLICY_NAMES, SimPolicy, build_policy, parse_policies
+from .simulator import Attempt, JobOutcome, Run, simulate
+from .workload import Job, Workload, WorkloadError, load_workload, parse_workload
+
+__all__ = [
+    "POLICY_NAMES",
+    "Attempt",
+    "Job",
+    "JobOutcome",
+    "LowerBound",
+    "Metrics",
+    "Run",
+    "SimPolicy",
+    "Workload",
+    "WorkloadError",
+    "build_policy",
+    "load_workload",
+    "lower_bound",
+    "parse_policies",
+    "parse_workload",
+    "simulate",
+]
