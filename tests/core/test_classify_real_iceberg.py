@@ -158,3 +158,82 @@ def test_real_java_errors_that_are_not_conflicts(jvm: Any, tmp_path: Path) -> No
     for error in (user_error, parse_error):
         result = classify(error)
         assert result.kind is ConflictKind.NOT_A_CONFLICT, f"{error.java_exception.getMessage()} -> {result.reason}"
+
+
+# A real Spark job (DataFrameWriterV2 overwrite with Iceberg's validate-from-snapshot-id and
+# serializable isolation) that loses to an INSERT committed after its starting snapshot. It runs
+# in its own Python process so its SparkSession (Iceberg jar, catalog) cannot clash with sessions
+# other test modules configure differently in this process.
+_SPARK_JOB = r"""
+import json, sys, tempfile
+from pyspark.sql import SparkSession
+from pyspark.sql.functions import col
+from occflow.core.classify import classify
+
+jar, warehouse = sys.argv[1], tempfile.mkdtemp()
+spark = (
+    SparkSession.builder.master("local[1]").appName("occflow-classify-real-iceberg")
+    .config("spark.jars", jar)
+    .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
+    .config("spark.sql.catalog.local", "org.apache.iceberg.spark.SparkCatalog")
+    .config("spark.sql.catalog.local.type", "hadoop")
+    .config("spark.sql.catalog.local.warehouse", warehouse)
+    .config("spark.sql.shuffle.partitions", "1")
+    .config("spark.ui.enabled", "false")
+    .config("spark.driver.memory", "768m")
+    .getOrCreate()
+)
+spark.sparkContext.setLogLevel("OFF")
+spark.sql("CREATE TABLE local.db.t (id BIGINT, ds STRING) USING iceberg PARTITIONED BY (ds)")
+spark.sql("INSERT INTO local.db.t VALUES (1, 'a'), (2, 'b')")
+start = spark.sql("SELECT snapshot_id FROM local.db.t.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0]
+spark.sql("INSERT INTO local.db.t VALUES (3, 'a')")  # the earlier job commits after `start`
+out = {}
+try:
+    (
+        spark.createDataFrame([(9, "a")], "id BIGINT, ds STRING")
+        .writeTo("local.db.t")
+        .option("validate-from-snapshot-id", str(start))
+        .option("isolation-level", "serializable")
+        .overwrite(col("ds") == "a")
+    )
+except Exception as error:
+    java = getattr(error, "java_exception", None)
+    out = {
+        "python_class": f"{type(error).__module__}.{type(error).__qualname__}",
+        "java_class": java.getClass().getName() if java is not None else None,
+        "kind": classify(error).kind.value,
+        "text_kind": classify(str(error)).kind.value,
+    }
+try:
+    spark.sql("SELECT * FROM local.db.no_such_table").collect()
+except Exception as error:
+    out["unrelated_kind"] = classify(error).kind.value
+    out["unrelated_class"] = f"{type(error).__module__}.{type(error).__qualname__}"
+spark.stop()
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_real_spark_iceberg_job_conflict_is_classified(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-c", _SPARK_JOB, str(_iceberg_jar())],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    lines = [line for line in run.stdout.splitlines() if line.startswith("RESULT ")]
+    assert run.returncode == 0 and lines, run.stderr[-3000:]
+    out = json.loads(lines[-1][len("RESULT ") :])
+    assert out["java_class"] == "org.apache.iceberg.exceptions.ValidationException", out
+    assert out["kind"] == "validation_conflict"
+    assert out["text_kind"] == "validation_conflict"
+    # A real PySpark CapturedException that is no conflict (AnalysisException, TABLE_OR_VIEW_NOT_FOUND).
+    assert out["unrelated_class"].startswith("pyspark.errors.exceptions"), out
+    assert out["unrelated_kind"] == "not_a_conflict"
