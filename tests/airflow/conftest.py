@@ -247,3 +247,63 @@ def run_dag(dag_folder: Path) -> Callable[..., DagTestRun]:
         return _collect(dag.dag_id, dr.run_id, dag_file, dr.state)
 
     return run
+
+
+# ----------------------------------------------------------------- metrics
+
+
+@dataclass
+class StatsCall:
+    method: str
+    stat: str
+    value: Any
+    tags: Mapping[str, Any]
+
+
+class CapturingStatsLogger:
+    """A StatsLogger backend (Airflow's protocol) that keeps every call instead of sending it.
+
+    Installed with Airflow's own ``Stats.initialize``; ``dag.test()`` runs tasks in this process,
+    so what tasks and retry policies emit lands here.
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[StatsCall] = []
+
+    def incr(self, stat: str, count: int = 1, rate: float = 1, *, tags: dict[str, Any] | None = None) -> None:
+        self.calls.append(StatsCall("incr", stat, count, dict(tags or {})))
+
+    def decr(self, stat: str, count: int = 1, rate: float = 1, *, tags: dict[str, Any] | None = None) -> None:
+        self.calls.append(StatsCall("decr", stat, count, dict(tags or {})))
+
+    def gauge(
+        self, stat: str, value: float, rate: float = 1, delta: bool = False, *, tags: dict[str, Any] | None = None
+    ) -> None:
+        self.calls.append(StatsCall("gauge", stat, value, dict(tags or {})))
+
+    def timing(self, stat: str, dt: Any, *, tags: dict[str, Any] | None = None) -> None:
+        self.calls.append(StatsCall("timing", stat, dt, dict(tags or {})))
+
+    def timer(self, *args: Any, **kwargs: Any) -> Any:
+        from airflow.sdk._shared.observability.metrics.protocols import Timer
+
+        return Timer()
+
+    def named(self, prefix: str) -> list[StatsCall]:
+        return [c for c in self.calls if c.stat.startswith(prefix)]
+
+
+@pytest.fixture
+def stats_capture() -> Iterator[CapturingStatsLogger]:
+    """Route Airflow's ``Stats`` to a capturing backend for one test, then restore it."""
+    from airflow.sdk._shared.observability.metrics import stats as stats_module
+
+    backend = CapturingStatsLogger()
+    previous = (stats_module._factory, stats_module._export_legacy_names)
+    stats_module.initialize(factory=lambda: backend, export_legacy_names=False)
+    try:
+        yield backend
+    finally:
+        from airflow.sdk._shared.observability.metrics.base_stats_logger import NoStatsLogger
+
+        stats_module.initialize(factory=previous[0] or NoStatsLogger, export_legacy_names=previous[1])

@@ -117,11 +117,14 @@ class ConflictRetryPolicy(RetryPolicy):
             return found
         return replace(from_log, reason=f"from the task log: {from_log.reason}")
 
-    def decide(self, exception: BaseException | str, try_number: int, context: Context | None = None) -> Decision:
+    def decide(
+        self, exception: BaseException | str, try_number: int, context: Context | None = None
+    ) -> tuple[Classification, Decision]:
+        """Classify the failure and decide; reports metrics and the conflict to XCom."""
         classification = self.classify_failure(exception, context)
         decision = self.policy.decide(classification, attempt=max(try_number, 1), elapsed_seconds=0.0)
         self._report(classification, decision, try_number, context)
-        return decision
+        return classification, decision
 
     def evaluate(
         self,
@@ -130,11 +133,12 @@ class ConflictRetryPolicy(RetryPolicy):
         max_tries: int,
         context: Context | None = None,
     ) -> RetryDecision:
-        decision = self.decide(exception, try_number, context)
+        classification, decision = self.decide(exception, try_number, context)
         action = AIRFLOW_ACTION[decision.action]
         if action is RetryAction.DEFAULT:
             return RetryDecision.default()
-        reason = f"occflow {decision.action.value}: {decision.reason}"
+        # Airflow keeps 500 characters of the reason: the decision first, the evidence after.
+        reason = f"occflow {decision.action.value}: {decision.reason} [{classification.reason}]"
         if action is RetryAction.FAIL:
             return RetryDecision.fail(reason)
         return RetryDecision.retry(delay=timedelta(seconds=decision.delay_seconds), reason=reason)
