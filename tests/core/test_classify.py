@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import occflow
 from occflow.core.classifiers.markers import MARKERS, PRECEDENCE, Evidence
@@ -123,7 +125,9 @@ def test_text_that_merely_mentions_a_conflict_word_is_not_a_conflict(text: str) 
 def test_python_cause_chain_is_followed() -> None:
     try:
         try:
-            raise RuntimeError("Failed to commit transaction: Commit failed: a concurrent transactions added new data.")
+            raise RuntimeError(
+                "Failed to commit transaction: Commit failed: a concurrent transactions added new data."
+            )
         except RuntimeError as inner:
             raise ValueError("load of events failed") from inner
     except ValueError as outer:
@@ -244,7 +248,9 @@ class CapturedException(Exception):
 
 
 def test_captured_exception_error_class_is_used_with_its_sub_class() -> None:
-    err = CapturedException("Transaction conflict detected.", "DELTA_CONCURRENT_APPEND.WITH_PARTITION_HINT", None)
+    err = CapturedException(
+        "Transaction conflict detected.", "DELTA_CONCURRENT_APPEND.WITH_PARTITION_HINT", None
+    )
     result = classify(err)
     assert result.kind is ConflictKind.CONCURRENT_APPEND
     assert result.error_class == "DELTA_CONCURRENT_APPEND.WITH_PARTITION_HINT"
@@ -265,7 +271,11 @@ def _delta_python_class(module: str, name: str) -> type[Exception]:
     [
         ("delta.exceptions.captured", "ConcurrentAppendException", ConflictKind.CONCURRENT_APPEND),
         ("delta.exceptions.captured", "ConcurrentDeleteReadException", ConflictKind.CONCURRENT_DELETE_READ),
-        ("delta.exceptions.captured", "ConcurrentDeleteDeleteException", ConflictKind.CONCURRENT_DELETE_DELETE),
+        (
+            "delta.exceptions.captured",
+            "ConcurrentDeleteDeleteException",
+            ConflictKind.CONCURRENT_DELETE_DELETE,
+        ),
         ("delta.exceptions.captured", "MetadataChangedException", ConflictKind.METADATA_CHANGED),
         ("delta.exceptions.captured", "ProtocolChangedException", ConflictKind.PROTOCOL_CHANGED),
         ("delta.exceptions.captured", "ConcurrentTransactionException", ConflictKind.CONCURRENT_TRANSACTION),
@@ -309,7 +319,9 @@ def test_error_info_from_the_spark_submit_channel_is_classified() -> None:
 
 
 def test_error_info_error_class_alone_is_enough() -> None:
-    info = ErrorInfo(exception_class="py4j.protocol.Py4JJavaError", messages=(), error_class="DELTA_CONCURRENT_WRITE")
+    info = ErrorInfo(
+        exception_class="py4j.protocol.Py4JJavaError", messages=(), error_class="DELTA_CONCURRENT_WRITE"
+    )
     assert classify(info).kind is ConflictKind.CONCURRENT_WRITE
 
 
@@ -340,7 +352,9 @@ def test_retry_safety_derives_from_the_kind() -> None:
 
 def test_marker_found_at_the_end_of_a_long_log_tail() -> None:
     noise = "24/11/21 20:00:00 INFO Executor: Finished task 0.0 in stage 1.0 (TID 1)\n" * 40_000
-    text = noise + "org.apache.iceberg.exceptions.CommitFailedException: Cannot commit: stale table metadata\n"
+    text = (
+        noise + "org.apache.iceberg.exceptions.CommitFailedException: Cannot commit: stale table metadata\n"
+    )
     assert len(text) > 1_000_000
     assert classify(text).kind is ConflictKind.COMMIT_FAILED
 
@@ -356,7 +370,9 @@ class ODPSError(RuntimeError):
         self.instance_id = instance_id
 
     def __str__(self) -> str:
-        head = " ".join(p for p in (f"{self.code}:" if self.code else "", f"InstanceId: {self.instance_id}") if p)
+        head = " ".join(
+            p for p in (f"{self.code}:" if self.code else "", f"InstanceId: {self.instance_id}") if p
+        )
         return f"{head}\n{self.args[0]}"
 
 
@@ -403,7 +419,9 @@ def test_something_that_is_not_an_error_is_rejected_with_its_type_named(bad: obj
 
 
 def test_package_exports_classify_and_to_dict_is_json() -> None:
-    result = occflow.classify("[DELTA_CONCURRENT_APPEND] ConcurrentAppendException: Files were added to x by a concurrent update.")
+    result = occflow.classify(
+        "[DELTA_CONCURRENT_APPEND] ConcurrentAppendException: Files were added to x by a concurrent update."
+    )
     data = json.loads(json.dumps(result.to_dict()))
     assert data["kind"] == "concurrent_append"
     assert data["retry_safe"] is True
@@ -424,3 +442,63 @@ def test_docs_list_every_class_and_error_class_marker() -> None:
             assert marker.value in doc, marker
         elif marker.evidence is Evidence.CLASS:
             assert marker.value.rsplit(".", 1)[1] in doc, marker
+
+
+_CONFLICT_WORDS = [
+    "conflict",
+    "Conflict",
+    "concurrent",
+    "Concurrent",
+    "ConcurrentModificationException",
+    "ConcurrentAppendException",
+    "CommitFailedException",
+    "ValidationException",
+    "MetadataChangedException",
+    "transaction",
+    "Transaction",
+    "commit",
+    "failed",
+    "Failed",
+    "retry",
+    "version",
+    "DELTA_CONCURRENT_APPEND",
+    "ODPS",
+    "aborted",
+    "merge",
+    "metadata",
+    "changed",
+    "protocol",
+    "lock",
+    "MetaStore",
+    "delete",
+    "files",
+    "added",
+    "update",
+    "12",
+    "0",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_CONFLICT_WORDS), max_size=40), st.sampled_from([" ", "\n", "  "]))
+def test_conflict_words_without_an_anchor_never_classify_as_a_conflict(words: list[str], sep: str) -> None:
+    # Every marker needs a qualified class, a bracketed error class or a template with its
+    # punctuation; bare words, however alarming, are not enough.
+    assert classify(sep.join(words)).kind is ConflictKind.NOT_A_CONFLICT
+
+
+_CONFLICT_FIXTURES = [f for f in FIXTURES if f.kind != "not_a_conflict"]
+_NOISE_LINE = st.text(alphabet=st.characters(whitelist_categories=("Lu", "Ll", "Nd", "Zs")), max_size=80)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(_CONFLICT_FIXTURES),
+    st.lists(_NOISE_LINE, max_size=20),
+    st.lists(_NOISE_LINE, max_size=20),
+)
+def test_a_conflict_text_keeps_its_kind_inside_a_log_tail(
+    fixture: Fixture, before: list[str], after: list[str]
+) -> None:
+    text = "\n".join([*before, fixture.text, *after])
+    assert classify(text).kind.value == fixture.kind

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
+from dataclasses import dataclass
 
 from .classifiers.evidence import (
     ERROR_CLASS_IN_TEXT,
@@ -45,18 +46,27 @@ def classify(error: object) -> Classification:
             exception_class=outer_class,
             error_class=next((f.error_class for f in frames if f.error_class), None),
         )
-    marker, evidence_class, error_class, matched = min(found, key=lambda hit: _RANK[hit[0].kind])
+    # min() keeps the first of equal rank: structured evidence from the outermost frame.
+    hit = min(found, key=lambda h: _RANK[h.marker.kind])
+    marker = hit.marker
     return Classification(
         kind=marker.kind,
         engine=marker.engine,
-        reason=f"{marker.evidence.value} {_short(matched)!r} is {marker.kind.value} (source: {marker.source})",
+        reason=f"{marker.evidence.value} {_short(hit.evidence)!r} is {marker.kind.value} (source: {marker.source})",
         winning_commit=_winning_commit(marker.engine, text),
-        exception_class=evidence_class or outer_class,
-        error_class=error_class or next((f.error_class for f in frames if f.error_class), None),
+        exception_class=hit.exception_class or outer_class,
+        error_class=hit.error_class or next((f.error_class for f in frames if f.error_class), None),
     )
 
 
-_Hit = tuple[Marker, "str | None", "str | None", str]
+@dataclass(frozen=True)
+class _Hit:
+    """A marker found in the error, with what matched and where."""
+
+    marker: Marker
+    exception_class: str | None
+    error_class: str | None
+    evidence: str
 
 
 def _matches(frames: list[Frame], text: str) -> list[_Hit]:
@@ -65,23 +75,25 @@ def _matches(frames: list[Frame], text: str) -> list[_Hit]:
         for name in frame.classes:
             marker = _BY_CLASS.get(name)
             if marker is not None:
-                hits.append((marker, name, frame.error_class, name))
+                hits.append(_Hit(marker, name, frame.error_class, name))
         if frame.error_class:
             marker = _BY_ERROR_CLASS.get(frame.error_class.split(".", 1)[0])
             if marker is not None:
-                hits.append((marker, frame.classes[0] if frame.classes else None, frame.error_class, frame.error_class))
+                hits.append(
+                    _Hit(marker, frame.classes[0] if frame.classes else None, frame.error_class, frame.error_class)
+                )
     for match in QUALIFIED_CLASS_IN_TEXT.finditer(text):
         marker = _BY_CLASS.get(match.group(1))
         if marker is not None:
-            hits.append((marker, match.group(1), None, match.group(1)))
+            hits.append(_Hit(marker, match.group(1), None, match.group(1)))
     for match in ERROR_CLASS_IN_TEXT.finditer(text):
         marker = _BY_ERROR_CLASS.get(match.group(1))
         if marker is not None:
-            hits.append((marker, None, match.group(1) + match.group(2), match.group(0)))
+            hits.append(_Hit(marker, None, match.group(1) + match.group(2), match.group(0)))
     for marker in _BY_MESSAGE:
         found = COMPILED[marker.value].search(text)
         if found:
-            hits.append((marker, None, None, found.group(0).strip()))
+            hits.append(_Hit(marker, None, None, found.group(0).strip()))
     return hits
 
 
