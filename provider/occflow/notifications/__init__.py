@@ -1,0 +1,7 @@
+"""Notifiers: ``ConflictNotifier`` explains a write conflict, wrapping any Airflow notifier."""
+
+from __future__ import annotations
+
+from .conflict import ConflictNotifier, ConflictReport
+
+__all__ = ["ConflictNotifier", "ConflictReport"]

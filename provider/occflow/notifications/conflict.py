@@ -1,0 +1,354 @@
+"""``ConflictNotifier``: explains a write conflict to a human, through any Airflow notifier.
+
+Use it as ``on_failure_callback`` / ``on_retry_callback``. It gathers what is known about the
+failure (occflow's write report on the exception, the retry policy's classification in XCom, or
+the classifier run on the exception or its text), writes the explanation to the task log, and
+hands it to the wrapped notifier (SMTP, Slack, ...: anything with ``notify(context)``), which
+can use it in its templates as ``{{ occflow_message }}`` / ``{{ occflow_subject }}`` or read the
+structured ``occflow_conflict`` dict from the context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from airflow.sdk import BaseNotifier
+
+from ..core.kinds import Classification, ConflictKind, WinningCommit
+from ..core.operations import parse_operation
+from ..policies import XCOM_KEY, log_tail
+
+# How far the notifier looks for the task that made the winning commit (XCom reads per alert).
+MAX_TASKS_SEARCHED = 64
+
+
+@dataclass(frozen=True)
+class ConflictReport:
+    """Everything an alert says about one failed (or retried) write task."""
+
+    task: str
+    kind: ConflictKind
+    error: str
+    try_number: int | None = None
+    table: str | None = None
+    partition: str | None = None
+    operation: str | None = None
+    profile: str | None = None
+    classification_reason: str | None = None
+    winner: WinningCommit | None = None
+    winner_task: str | None = None
+    attempts: int | None = None
+    wasted_seconds: float | None = None
+    decision: str | None = None
+    advice: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def is_conflict(self) -> bool:
+        return self.kind.is_conflict
+
+    @property
+    def subject(self) -> str:
+        where = self.table or "a table"
+        if not self.is_conflict:
+            return f"occflow: {self.task} failed (not a write conflict)"
+        return f"occflow: {self.task} lost a write conflict on {where} ({self.kind.value})"
+
+    def text(self) -> str:
+        if not self.is_conflict:
+            return "\n".join(
+                [
+                    self.subject,
+                    f"  error:          {self.error}",
+                    "  occflow did not retry it as a conflict; the task's ordinary retries apply.",
+                ]
+            )
+        lines = [self.subject]
+        lines.append(f"  table:          {self.table or 'unknown'}"
+                     + (f", partition {self.partition}" if self.partition else ""))
+        if self.operation:
+            lines.append(f"  operation:      {self.operation}" + (f" (profile {self.profile})" if self.profile else ""))
+        lines.append(f"  conflict:       {self.kind.value}: {self.kind.message}")
+        winner = self.winner.describe() if self.winner is not None else "unknown (the engine did not name it)"
+        if self.winner_task:
+            winner += f", made by task {self.winner_task}"
+        lines.append(f"  winning commit: {winner}")
+        if self.attempts is not None or self.wasted_seconds is not None:
+            attempts = "unknown" if self.attempts is None else str(self.attempts)
+            wasted = "unknown" if self.wasted_seconds is None else f"{self.wasted_seconds:.1f}s"
+            lines.append(f"  attempts:       {attempts}, {wasted} spent in attempts thrown away")
+        if self.try_number is not None:
+            lines.append(f"  airflow try:    {self.try_number}")
+        if self.decision:
+            lines.append(f"  decision:       {self.decision}")
+        lines.append("  what to change:")
+        lines.extend(f"    - {advice}" for advice in self.advice)
+        lines.append(f"  error:          {self.error}")
+        if self.classification_reason:
+            lines.append(f"  evidence:       {self.classification_reason}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["kind"] = self.kind.value
+        data["winner"] = None if self.winner is None else asdict(self.winner)
+        data["advice"] = list(self.advice)
+        data["subject"] = self.subject
+        return data
+
+
+class ConflictNotifier(BaseNotifier):
+    """Explain a conflict in the task log, and through ``notifier`` when one is given.
+
+    :param notifier: any Airflow notifier (``SmtpNotifier``, ``SlackNotifier``...) or an object
+        with ``notify(context)`` or a callable taking the context; ``None`` = the task log only.
+    :param table / operation / profile / partition: what the task writes, for tasks whose own
+        report does not say (operators occflow does not own); templated.
+    """
+
+    template_fields = ("table", "operation", "profile", "partition")
+
+    def __init__(
+        self,
+        notifier: Any = None,
+        *,
+        table: str | None = None,
+        operation: str | None = None,
+        profile: str | None = None,
+        partition: str | Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        if operation is not None:
+            operation = parse_operation(operation).value  # a typo fails at DAG parse time
+        self.notifier = notifier
+        self.table = table
+        self.operation = operation
+        self.profile = profile
+        self.partition = partition
+        log_tail.install()
+
+    def notify(self, context: Any) -> None:
+        report = self.explain(context)
+        self.log.warning("%s", report.text())
+        try:
+            context["occflow_conflict"] = report.to_dict()
+            context["occflow_message"] = report.text()
+            context["occflow_subject"] = report.subject
+        except TypeError:  # a read-only context: the wrapped notifier still gets it unchanged
+            pass
+        if self.notifier is None:
+            return
+        try:
+            _deliver(self.notifier, context)
+        except Exception as exc:  # noqa: BLE001 - the explanation is in the task log already
+            self.log.error("could not send the conflict alert through %r: %s", self.notifier, exc)
+
+    # ----------------------------------------------------------------- gathering the facts
+
+    def explain(self, context: Mapping[str, Any]) -> ConflictReport:
+        exception = context.get("exception")
+        ti = context.get("ti")
+        report = _mapping(getattr(exception, "report", None))
+        from_policy = _xcom(ti, XCOM_KEY)
+        classification = self._classification(exception, report, from_policy, ti)
+
+        last_conflict = (report.get("conflicts") or [{}])[-1] if report else {}
+        winner = classification.winning_commit or _winner(last_conflict.get("winning_commit"))
+        table = report.get("table") or (from_policy or {}).get("table") or self.table
+        operation = report.get("operation") or (from_policy or {}).get("operation") or self.operation
+        profile = report.get("profile") or (from_policy or {}).get("profile") or self.profile
+        partition = _partition_text(report.get("partitions") if report else None) or _partition_text(self.partition)
+        decision = _decision_text(report, from_policy)
+        return ConflictReport(
+            task=_task_name(ti, context),
+            kind=classification.kind,
+            error=_first_line(exception),
+            try_number=getattr(ti, "try_number", None),
+            table=table,
+            partition=partition,
+            operation=operation,
+            profile=profile,
+            classification_reason=classification.reason,
+            winner=winner,
+            winner_task=_winner_task(ti, context, table, winner),
+            attempts=report.get("attempts") if report else None,
+            wasted_seconds=report.get("wasted_seconds") if report else None,
+            decision=decision,
+            advice=_advice(classification.kind, operation, partition, report),
+        )
+
+    def _classification(
+        self,
+        exception: Any,
+        report: Mapping[str, Any],
+        from_policy: Mapping[str, Any] | None,
+        ti: Any,
+    ) -> Classification:
+        from ..core.classify import classify
+
+        conflicts = report.get("conflicts") if report else None
+        if conflicts:
+            last = conflicts[-1]
+            return Classification(
+                kind=ConflictKind(last["kind"]),
+                engine=str(report.get("engine", "unknown")),
+                reason=str(last.get("reason", "")),
+                winning_commit=_winner(last.get("winning_commit")),
+            )
+        if from_policy and from_policy.get("classification"):
+            data = from_policy["classification"]
+            return Classification(
+                kind=ConflictKind(data["kind"]),
+                engine=str(data.get("engine", "unknown")),
+                reason=str(data.get("reason", "")),
+                winning_commit=_winner(data.get("winning_commit")),
+            )
+        if exception is None:
+            return Classification(ConflictKind.NOT_A_CONFLICT, "unknown", "no exception in the context")
+        found = classify(exception)  # an exception or, for a task failed externally, a string
+        if found.is_conflict:
+            return found
+        text = log_tail.tail(since=_try_started(ti), lines=80)
+        from_log = classify(text) if text else found
+        return from_log if from_log.is_conflict else found
+
+
+# --------------------------------------------------------------------- helpers
+
+
+def _deliver(notifier: Any, context: Any) -> None:
+    if isinstance(notifier, BaseNotifier):
+        notifier(context)  # renders its templates, which may use {{ occflow_message }}
+    elif hasattr(notifier, "notify"):
+        notifier.notify(context)
+    elif callable(notifier):
+        notifier(context)
+    else:
+        raise TypeError(f"{notifier!r} is neither a notifier nor callable")
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _xcom(ti: Any, key: str) -> Mapping[str, Any] | None:
+    if ti is None:
+        return None
+    try:
+        value = ti.xcom_pull(task_ids=ti.task_id, key=key, map_indexes=getattr(ti, "map_index", None))
+    except Exception:  # noqa: BLE001 - no XCom backend reachable: explain with what we have
+        return None
+    return value if isinstance(value, Mapping) else None
+
+
+def _winner(data: Any) -> WinningCommit | None:
+    if not isinstance(data, Mapping) or not any(v is not None for v in data.values()):
+        return None
+    return WinningCommit(
+        version=data.get("version"),
+        operation=data.get("operation"),
+        timestamp=data.get("timestamp"),
+        snapshot_id=data.get("snapshot_id"),
+    )
+
+
+def _winner_task(ti: Any, context: Mapping[str, Any], table: str | None, winner: WinningCommit | None) -> str | None:
+    """The task of this DAG run whose write report committed the winning version, if any."""
+    if ti is None or table is None or winner is None or (winner.version is None and winner.snapshot_id is None):
+        return None
+    dag = context.get("dag")
+    task_ids = [t for t in getattr(dag, "task_ids", []) if t != ti.task_id][:MAX_TASKS_SEARCHED]
+    for task_id in task_ids:
+        try:
+            values = ti.xcom_pull(task_ids=task_id, key="return_value", map_indexes=None)
+        except Exception:  # noqa: BLE001 - a task without XCom, or no backend: keep looking
+            continue
+        candidates = values if isinstance(values, list) else [values]
+        for index, value in enumerate(candidates):
+            if not isinstance(value, Mapping) or value.get("table") != table:
+                continue
+            same_version = winner.version is not None and value.get("version") == winner.version
+            same_snapshot = winner.snapshot_id is not None and value.get("snapshot_id") == winner.snapshot_id
+            if same_version or same_snapshot:
+                return task_id if len(candidates) == 1 else f"{task_id}[{index}]"
+    return None
+
+
+def _partition_text(value: Any) -> str | None:
+    if not value:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        return "/".join(f"{k}={v}" for k, v in sorted(value.items()))
+    if isinstance(value, list | tuple):
+        return ", ".join(filter(None, (_partition_text(v) for v in value)))
+    return str(value)
+
+
+def _decision_text(report: Mapping[str, Any], from_policy: Mapping[str, Any] | None) -> str | None:
+    decisions = report.get("decisions") if report else None
+    if decisions:
+        last = decisions[-1]
+        return f"{last['action']}: {last.get('reason', '')}"
+    if from_policy and from_policy.get("decision"):
+        last = from_policy["decision"]
+        delay = last.get("delay_seconds")
+        after = f" in {delay:.0f}s" if last.get("action") in ("retry", "reschedule") and delay else ""
+        return f"{last['action']}{after}: {last.get('reason', '')}"
+    return None
+
+
+def _advice(
+    kind: ConflictKind, operation: str | None, partition: str | None, report: Mapping[str, Any]
+) -> tuple[str, ...]:
+    """The kind's help text, plus what the declaration itself suggests."""
+    if not kind.is_conflict:
+        return ()
+    advice = [kind.help]
+    op = None
+    if operation:
+        try:
+            op = parse_operation(operation)
+        except Exception:  # noqa: BLE001 - an operation we cannot parse gets the generic advice
+            op = None
+    if op is not None and op.reads_table and not partition and not op.is_compaction:
+        advice.append(
+            f"{op.value} declares no partition: it reads the whole table, so any concurrent write "
+            "conflicts with it; name the partition in the statement's condition and in `partitions=`."
+        )
+    if kind.retry_safe:
+        advice.append(
+            "If conflicts repeat, keep conflicting writers of this table apart: one Airflow pool per "
+            "table or partition (1 slot), or occflow admission (`admission=True`)."
+        )
+    attempts = report.get("attempts") if report else None
+    if isinstance(attempts, int) and attempts > 1 and kind.retry_safe:
+        advice.append(f"{attempts} attempts were needed: the table is contended at this time of day.")
+    return tuple(advice)
+
+
+def _task_name(ti: Any, context: Mapping[str, Any]) -> str:
+    if ti is None:
+        dag = context.get("dag")
+        return str(getattr(dag, "dag_id", "unknown task"))
+    name = f"{ti.dag_id}.{ti.task_id}"
+    map_index = getattr(ti, "map_index", -1)
+    return f"{name}[{map_index}]" if isinstance(map_index, int) and map_index >= 0 else name
+
+
+def _first_line(exception: Any) -> str:
+    if exception is None:
+        return "no exception (the task was failed from outside the task)"
+    text = exception if isinstance(exception, str) else f"{type(exception).__name__}: {exception}"
+    first = text.strip().splitlines()[0] if text.strip() else text
+    return first if len(first) <= 300 else first[:297] + "..."
+
+
+def _try_started(ti: Any) -> float | None:
+    started = getattr(ti, "start_date", None)
+    try:
+        return None if started is None else float(started.timestamp()) - 1.0
+    except (AttributeError, TypeError, ValueError):
+        return None
