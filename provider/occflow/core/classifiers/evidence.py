@@ -57,7 +57,7 @@ def _java_frames(throwable: Any, frames: list[Frame]) -> None:
             Frame(
                 classes=(str(name),) if name else (),
                 error_class=str(error_class) if error_class else None,
-                message=str(message) if message else "",
+                message=str(message)[-MAX_TEXT:] if message else "",
             )
         )
         cause = _call(current, "getCause")
