@@ -18,7 +18,8 @@ class LowerBound:
 
     - ``work``: the earliest arrival plus all the work spread over every slot;
     - ``chain``: on one partition, jobs whose operations fail each other in either commit order
-      (both matrix cells fail) can never run at the same time, so they run one after another;
+      (both matrix cells fail) can never run at the same time, so they run one after another,
+      each not before it arrives (the best such sequence: earliest arrival first);
     - ``longest``: a job cannot finish before its arrival plus its duration.
     """
 
@@ -39,6 +40,29 @@ def _mutual(profile: Profile, a: Operation, b: Operation) -> bool:
     return profile.later_fails(a, b) and profile.later_fails(b, a)
 
 
+def _maximal_cliques(profile: Profile, present: tuple[Operation, ...]) -> list[tuple[Operation, ...]]:
+    """Sets of operations that pairwise (and each with itself) fail each other, maximal ones only:
+    adding jobs to a chain never shortens it."""
+    ops = [op for op in present if _mutual(profile, op, op)]
+    cliques = [
+        set(combo)
+        for size in range(len(ops), 0, -1)
+        for combo in itertools.combinations(ops, size)
+        if all(_mutual(profile, a, b) for a, b in itertools.combinations(combo, 2))
+    ]
+    maximal = [c for i, c in enumerate(cliques) if not any(c < other for other in cliques[:i])]
+    return [tuple(op for op in ops if op in c) for c in maximal]
+
+
+def _single_machine_makespan(jobs: list[tuple[float, float]]) -> float:
+    """Jobs that must run one at a time, each not before its arrival: earliest arrival first
+    without idling is optimal for the makespan (1|r_j|C_max)."""
+    end = 0.0
+    for arrival, duration in sorted(jobs):
+        end = max(end, arrival) + duration
+    return end
+
+
 def lower_bound(jobs: Sequence[Job], slots: int, profiles: Mapping[str, Profile],
                 partitions: Mapping[str, Sequence[str]]) -> LowerBound:
     if not jobs:
@@ -47,34 +71,20 @@ def lower_bound(jobs: Sequence[Job], slots: int, profiles: Mapping[str, Profile]
     longest = max(j.arrival + j.duration for j in jobs)
     best, where = 0.0, ""
     for table, profile in profiles.items():
-        # Per partition and operation: the total work and the earliest arrival of the jobs there.
-        load: dict[str, dict[Operation, list[float]]] = {}
+        # Per partition and operation: the (arrival, duration) of the jobs there.
+        load: dict[str, dict[Operation, list[tuple[float, float]]]] = {}
         for job in jobs:
             if job.table != table:
                 continue
-            touched = partitions[table] if job.partitions is None or job.operation is Operation.ALTER_METADATA \
-                else job.partitions
-            for p in touched:
-                entry = load.setdefault(p, {}).setdefault(job.operation, [0.0, job.arrival])
-                entry[0] += job.duration
-                entry[1] = min(entry[1], job.arrival)
-        # Sets of operations that pairwise (and each with itself) fail each other: a clique.
-        ops = [op for op in profile.operations if _mutual(profile, op, op)]
-        cliques = [
-            combo
-            for size in range(1, len(ops) + 1)
-            for combo in itertools.combinations(ops, size)
-            if all(_mutual(profile, a, b) for a, b in itertools.combinations(combo, 2))
-        ]
+            whole = job.partitions is None or job.operation is Operation.ALTER_METADATA
+            for p in partitions[table] if whole else job.partitions or ():
+                load.setdefault(p, {}).setdefault(job.operation, []).append((job.arrival, job.duration))
         for p, per_op in load.items():
-            for clique in cliques:
-                present = [per_op[op] for op in clique if op in per_op]
-                if not present:
-                    continue
-                value = min(a for _, a in present) + sum(w for w, _ in present)
+            for clique in _maximal_cliques(profile, tuple(per_op)):
+                value = _single_machine_makespan([j for op in clique for j in per_op[op]])
                 if value > best:
                     best = value
-                    where = f"{table}/{p or '(unpartitioned)'}: {', '.join(op.value for op in clique if op in per_op)}"
+                    where = f"{table}/{p or '(unpartitioned)'}: {', '.join(op.value for op in clique)}"
     return LowerBound(work, best, longest, where)
 
 

@@ -1,0 +1,127 @@
+"""Workload files: what they draw, and errors that name the file, the job and the field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from occflow.cli import main
+from occflow.sim import WorkloadError, load_workload, parse_workload
+
+WORKLOADS = Path(__file__).resolve().parents[2] / "bench" / "workloads"
+
+GOOD: dict[str, Any] = {
+    "slots": 2,
+    "tables": [{"name": "t", "profile": "iceberg-serializable", "partitions": ["a", "b", "c"]}],
+    "jobs": [
+        {"table": "t", "operation": "MERGE INTO", "partitions": {"random": 2}, "count": 50,
+         "duration": {"lognormal": {"median": 60, "sigma": 0.5}}, "arrival": {"uniform": [0, 100]}},
+        {"table": "t", "operation": "optimize", "duration": {"uniform": [5, 10]}, "arrival": {"every": 30, "start": 7},
+         "count": 3},
+    ],
+}
+
+
+def test_a_workload_draws_its_jobs_from_the_distributions() -> None:
+    jobs = parse_workload(GOOD).jobs(seed=1)
+    merges, compactions = jobs[:50], jobs[50:]
+    assert all(j.operation.value == "merge" and len(set(j.partitions or ())) == 2 for j in merges)
+    assert all(0 <= j.arrival <= 100 and j.duration > 0 for j in merges)
+    assert len({j.duration for j in merges}) == 50  # drawn per job
+    assert [j.arrival for j in compactions] == [7, 37, 67]
+    assert all(j.partitions is None and 5 <= j.duration <= 10 for j in compactions)
+
+
+def _broken(path: list[Any], value: Any) -> dict[str, Any]:
+    data = json.loads(json.dumps(GOOD))
+    target = data
+    for key in path[:-1]:
+        target = target[key]
+    if value is _DELETE:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return data
+
+
+_DELETE = object()
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "named", "says"),
+    [
+        (["slots"], 0, "slots", "must be >= 1"),
+        (["slots"], _DELETE, "slots", "is required"),
+        (["tables", 0, "profile"], "iceberg-bogus", "tables[0].profile", "unknown profile"),
+        (["tables", 0, "partitions"], [], "tables[0].partitions", "non-empty list"),
+        (["jobs", 0, "table"], "nope", "jobs[0].table", "unknown table 'nope'"),
+        (["jobs", 1, "operation"], "minor_compact", "jobs[1].operation", "not in profile"),
+        (["jobs", 1, "operation"], "frobnicate", "jobs[1].operation", "frobnicate"),
+        (["jobs", 0, "duration", "lognormal", "sigma"], _DELETE, "jobs[0].duration.lognormal.sigma", "is required"),
+        (["jobs", 0, "duration"], {"gamma": 3}, "jobs[0].duration", "lognormal"),
+        (["jobs", 0, "duration"], 0, "jobs[0].duration", "must be > 0"),
+        (["jobs", 0, "arrival", "uniform"], [10, 5], "jobs[0].arrival.uniform", "high 5 < low 10"),
+        (["jobs", 0, "count"], -1, "jobs[0].count", "must be >= 1"),
+        (["jobs", 0, "count"], "many", "jobs[0].count", "expected an integer"),
+        (["jobs", 0, "partitions"], ["a", "z"], "jobs[0].partitions", "'z' is not a partition"),
+        (["jobs", 0, "partitions"], {"random": 4}, "jobs[0].partitions.random", "cannot draw 4"),
+        (["jobs", 1, "colour"], "red", "jobs[1].colour", "unknown field"),
+        (["jobs", 1, "protocol_change"], "yes", "jobs[1].protocol_change", "true or false"),
+        (["policies"], {"naive": {"retries": -1}}, "policies.naive.retries", "must be >= 0"),
+    ],
+)
+def test_a_malformed_workload_names_the_file_the_job_and_the_field(
+    path: list[Any], value: Any, named: str, says: str
+) -> None:
+    with pytest.raises(WorkloadError) as error:
+        parse_workload(_broken(path, value), "broken.yaml")
+    message = str(error.value)
+    assert message.startswith(f"broken.yaml: {named}:"), message
+    assert says in message
+
+
+def test_a_file_that_is_not_yaml_or_not_there_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("slots: [1,\n")
+    with pytest.raises(WorkloadError, match="bad.yaml: not valid YAML"):
+        load_workload(bad)
+    with pytest.raises(WorkloadError, match="missing.yaml: cannot read"):
+        load_workload(tmp_path / "missing.yaml")
+
+
+def test_cli_json_has_one_object_per_policy_with_the_metrics(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["simulate", str(WORKLOADS / "backfill_burst.yaml"), "--policy", "naive", "--policy", "occflow",
+                 "--policy", "oracle", "--seed", "2", "--format", "json"])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["workload"] == "backfill-burst" and out["seed"] == 2 and out["jobs"] == 120
+    assert [p["policy"] for p in out["policies"]] == ["naive", "occflow", "oracle"]
+    for row in out["policies"]:
+        for key in ("makespan", "useful_fraction", "wasted_seconds", "failed_attempts", "latency_p50",
+                    "latency_p95", "lower_bound"):
+            assert key in row
+        assert row["lower_bound"] == round(out["lower_bound"]["value"], 3)
+        assert row["makespan"] >= row["lower_bound"]
+
+
+def test_cli_table_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plot = tmp_path / "runs.png"
+    assert main(["simulate", str(WORKLOADS / "mixed_schema.yaml"), "--plot", str(plot)]) == 0
+    out = capsys.readouterr().out
+    for policy in ("naive", "pool", "occflow-retry", "occflow", "oracle"):
+        assert f"\n{policy} " in out
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 20_000
+
+
+def test_cli_reports_a_malformed_workload_and_an_unknown_policy(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "w.yaml"
+    bad.write_text("slots: 2\ntables: [{name: t, profile: delta-serializable, partitions: 2}]\n"
+                   "jobs: [{table: t, operation: merge, duration: {lognormal: {median: 5}}}]\n")
+    assert main(["simulate", str(bad)]) == 2
+    assert "w.yaml: jobs[0].duration.lognormal.sigma: is required" in capsys.readouterr().err
+    assert main(["simulate", str(WORKLOADS / "merge_heavy.yaml"), "--policy", "fifo"]) == 2
+    assert "unknown policy 'fifo'" in capsys.readouterr().err
