@@ -578,7 +578,7 @@ class Situation:
         if self.winners:
             return ", ".join(op.value for op in self.winners)
         if self.kind in self.profile.extra_kinds:
-            return f"a concurrent job ({self.profile.table_format} reports it outside the matrix)"
+            return f"a concurrent job ({self.profile.table_format} raises it outside the matrix)"
         return f"a writer the {self.profile.name} matrix does not expect for {self.operation.value}"
 
     @property
@@ -607,8 +607,7 @@ def _retry_then_reschedule(s: Situation) -> KindPolicy:
             timing.reschedule_stop,
             reason="still losing after in-task retries: free the worker slot while the other writers finish",
         ),
-        reason=f"lost to a concurrent commit ({s.kind.value}, after {s.winners_text}); "
-        "the job re-runs from a fresh snapshot",
+        reason=f"lost to {s.winners_text}: the job re-runs from a fresh snapshot",
     )
 
 
@@ -775,23 +774,44 @@ class WritePolicy:
             "rows": self.rows(),
         }
 
+    def expected_from(self, kind: ConflictKind) -> str:
+        """Why this operation can meet ``kind`` on this profile: the matrix, the engine, or not."""
+        winners = self.winners_of(kind)
+        if winners:
+            return "after " + ", ".join(op.value for op in winners)
+        if kind in get_profile(self.profile).extra_kinds:
+            return "raised by the engine outside the matrix"
+        return "-"
+
     def table(self) -> str:
+        """The policy as a user reads it: kinds this operation meets first, each stage spelled out."""
         header = (
             f"policy for {self.operation.value} on {self.profile} "
-            f"(replans from a fresh snapshot: {'yes' if self.replans_from_fresh_snapshot else 'no'})"
+            f"(re-plans from a fresh snapshot: {'yes' if self.replans_from_fresh_snapshot else 'no'})"
         )
-        rows = [("kind", "action", "policy", "lost after (matrix)")]
-        for row in self.rows():
-            mark = " *" if row["overridden"] else ""
-            rows.append((row["kind"] + mark, row["action"], row["policy"], ", ".join(row["after"]) or "-"))
+        met = set(self.met_kinds())
+        ordered = [k for k, _ in self.kinds if k in met] + [k for k, _ in self.kinds if k not in met]
+        plans: dict[str, str] = {}  # policy text -> its label, so repeated plans print once
+        rows = [("kind", "action", "plan", "expected")]
+        for kind in ordered:
+            policy = self.for_kind(kind)
+            text = policy.describe()
+            label = plans.setdefault(text, chr(ord("A") + len(plans))) if policy.action.retries_the_write else "-"
+            mark = " *" if kind in self.overridden else ""
+            rows.append((kind.value + mark, policy.action.value, label, self.expected_from(kind)))
+            if kind in met and (len(ordered) > len(met)) and kind is [k for k in ordered if k in met][-1]:
+                rows.append(("", "", "", ""))
         widths = [max(len(r[i]) for r in rows) for i in range(3)]
         lines = [header, ""]
-        for r in rows:
-            lines.append("  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3])
+        lines += ["  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3] for r in rows]
+        lines += ["", "plans:"]
+        lines += [f"  {label}: {text}" for text, label in plans.items()]
+        lines += ["", "why:"]
+        lines += [f"  {kind.value}: {self.for_kind(kind).reason}" for kind in ordered if kind in met]
+        lines.append("  (other kinds: not expected here, handled by the same rules if an engine raises them)")
         if self.overridden:
-            lines.append("")
-            lines.append("* overridden by the user")
-        return "\n".join(lines)
+            lines += ["", "* overridden by the user"]
+        return "\n".join(line.rstrip() for line in lines)
 
     def __str__(self) -> str:
         return self.table()
