@@ -99,6 +99,10 @@ class Admission:
         """``running``: jobs holding a slot; ``blocked``: earlier jobs that are still waiting."""
         raise NotImplementedError
 
+    def full(self, per_table: Mapping[str, int], tables: int) -> bool:
+        """Whether no waiting job can be admitted now, whatever it is (ends a scan early)."""
+        return False
+
 
 @dataclass(frozen=True)
 class AdmitAll(Admission):
@@ -118,6 +122,9 @@ class OnePerTable(Admission):
 
     def admits(self, job: Job, running: FootprintIndex, per_table: Mapping[str, int], blocked: FootprintIndex) -> bool:
         return per_table.get(job.table, 0) == 0
+
+    def full(self, per_table: Mapping[str, int], tables: int) -> bool:
+        return sum(1 for n in per_table.values() if n) >= tables
 
 
 @dataclass(frozen=True)

@@ -122,11 +122,12 @@ class _Simulation:
             return
         blocked = FootprintIndex(self.profiles)
         started = []
+        admission, tables = self.policy.admission, len(self.tables)
         for index in itertools.islice(self.waiting, SCHEDULER_WINDOW):
-            if not self.free:
+            if not self.free or admission.full(self.per_table, tables):
                 break
             job = self.jobs[index]
-            if self.policy.admission.admits(job, self.running, self.per_table, blocked):
+            if admission.admits(job, self.running, self.per_table, blocked):
                 started.append(index)
                 self.free -= 1
                 self.running.add(job)
