@@ -458,14 +458,18 @@ class KindPolicy:
             raise InvalidDeclarationError(
                 f"policy stage {dict(data)!r} needs an action, one of: {known}"
             ) from None
-        then = data.get("then")
-        return cls(
-            action=action,
-            wait=wait_from_dict(data["wait"]) if "wait" in data else WaitNone(),
-            stop=stop_from_dict(data["stop"]) if "stop" in data else StopNever(),
-            then=cls.from_dict(then) if then is not None else None,
-            reason=str(data.get("reason", "")),
-        )
+        then = cls.from_dict(data["then"]) if data.get("then") is not None else None
+        reason = str(data.get("reason", ""))
+        if not action.retries_the_write:
+            return cls(action=action, then=then, reason=reason)
+        if "stop" not in data:
+            raise InvalidDeclarationError(
+                f"policy stage {dict(data)!r}: {action.value} needs a stop (attempts and/or seconds), "
+                'e.g. {"type": "after_attempt", "attempts": 3}'
+            )
+        wait = wait_from_dict(data["wait"]) if "wait" in data else WaitNone()
+        build = cls.retry if action is Action.RETRY else cls.reschedule
+        return build(wait, stop_from_dict(data["stop"]), then=then, reason=reason)
 
 
 @dataclass(frozen=True)
