@@ -72,8 +72,8 @@ class PairRunner(Protocol):
     engine: str
     profile: str
     compare_with: tuple[str, ...]
-    #: what tells this runner apart from the engine's other runners ("WriteSerializable")
-    label: str
+    # Optional: ``label`` (str) tells runners of one engine apart ("delta-rs Serializable");
+    # without it the report names the runner by its profile.
 
     def run_pair(self, earlier: Operation, later: Operation) -> Observation: ...
 
@@ -257,9 +257,8 @@ def run_runner(
             if a in known and b in known
         )
         comparisons.append(ProfileComparison(runner.engine, profile.name, rows))
-    return RunnerResult(
-        runner.engine, runner.profile, runner.label, tuple(observed), tuple(comparisons), seconds
-    )
+    label = str(getattr(runner, "label", "") or f"{runner.engine} ({runner.profile})")
+    return RunnerResult(runner.engine, runner.profile, label, tuple(observed), tuple(comparisons), seconds)
 
 
 #: Engines with a conformance runner: name -> module exposing ``conformance_runners(workdir)``.
@@ -279,8 +278,19 @@ def runner_factory(engine: str) -> RunnerFactory:
         raise InvalidDeclarationError(
             f"unknown conformance engine {engine!r}; known engines: {', '.join(ENGINE_MODULES)}"
         ) from None
-    module = importlib.import_module(module_name)
-    factory: RunnerFactory = module.conformance_runners
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            raise InvalidDeclarationError(
+                f"conformance engine {engine!r} is not available: its module {module_name} is missing"
+            ) from None
+        raise
+    factory: RunnerFactory | None = getattr(module, "conformance_runners", None)
+    if factory is None:
+        raise InvalidDeclarationError(
+            f"conformance engine {engine!r}: {module_name} has no conformance_runners(workdir)"
+        )
     return factory
 
 
@@ -300,7 +310,7 @@ def run_engine(
 
 def engine_meta(engine: str) -> dict[str, str]:
     """What the engine module says about itself (library versions) via ``conformance_meta()``."""
-    module = importlib.import_module(ENGINE_MODULES[engine])
+    module = importlib.import_module(ENGINE_MODULES[engine])  # imported by runner_factory already
     meta: Callable[[], dict[str, str]] | None = getattr(module, "conformance_meta", None)
     return {} if meta is None else dict(meta())
 
