@@ -13,8 +13,8 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG, task
 
-from occflow.operators.spark import SparkWriteOperator, spark_engine
 from occflow.hooks.spark import OccflowSparkHook
+from occflow.operators.spark import SparkWriteOperator, spark_engine
 
 TABLE = "db.events_backfill"
 DAYS = [f"2024-01-{day:02d}" for day in range(1, 7)]

@@ -191,6 +191,7 @@ class OccflowWriteOperator(BaseOperator):
     def write(self, declaration: WriteDeclaration, lease: Any, context: Any) -> dict[str, Any]:
         policy = self.write_policy()
         history = _load_history(context)
+        self._metrics_since = (len(history.conflicts), len(history.decisions), history.wasted_seconds)
         try:
             with admission.keep(self, lease):
                 outcome = self.run_with_policy(declaration, policy, history, context)
@@ -198,7 +199,7 @@ class OccflowWriteOperator(BaseOperator):
             admission.release(self, lease)
         report = self.report(declaration, outcome, history)
         _store_history(context, None)
-        _emit_metrics(report, outcome=True)
+        _emit_metrics(report, self._metrics_since)
         self.log.info(
             "committed %s on %s: version=%s snapshot=%s after %d attempt(s), %d conflict(s), %.1fs wasted",
             declaration.operation.value, declaration.table, report["version"], report["snapshot_id"],
@@ -225,7 +226,8 @@ class OccflowWriteOperator(BaseOperator):
                 raise WriteLost(classify(exc), None, exc) from exc
             if outcome.committed:
                 return outcome
-            history.wasted_seconds += outcome.seconds
+            # The whole attempt is thrown away: preparing its input as much as the engine call.
+            history.wasted_seconds += time.monotonic() - started
             found = outcome.classification or classify(outcome.error)
             raise WriteLost(found, outcome, None)
 
@@ -274,7 +276,7 @@ class OccflowWriteOperator(BaseOperator):
     ) -> None:
         """Turn a final decision into what Airflow understands; always raises."""
         partial = self.report(declaration, lost.outcome, history, committed=False)
-        _emit_metrics(partial, outcome=False, action=decision.action)
+        _emit_metrics(partial, self._metrics_since)
         if decision.action is Action.RESCHEDULE:
             _store_history(context, history)
             when = _utcnow() + timedelta(seconds=max(decision.delay_seconds, 1.0))
@@ -395,22 +397,19 @@ def _store_history(context: Any, history: WriteHistory | None) -> None:
         return
 
 
-def _emit_metrics(report: Mapping[str, Any], outcome: bool, action: Action | None = None) -> None:
-    """Conflicts by kind and table, retries, reschedules, wasted seconds (Airflow's Stats)."""
-    from airflow.sdk.observability.stats import Stats
+def _emit_metrics(report: Mapping[str, Any], since: tuple[int, int, float]) -> None:
+    """Metrics for what this try added (earlier tries of a rescheduled task reported theirs)."""
+    from .. import metrics
 
-    tags = {"table": str(report["table"]), "operation": str(report["operation"])}
-    for conflict in report["conflicts"]:
-        Stats.incr(f"occflow.conflicts.{conflict['kind']}", tags=tags)
-    retries = sum(1 for d in report["decisions"] if d["action"] == Action.RETRY.value)
-    if retries:
-        Stats.incr("occflow.retries", retries, tags=tags)
-    if report["wasted_seconds"]:
-        Stats.timing("occflow.wasted_seconds", float(report["wasted_seconds"]) * 1000.0, tags=tags)
-    if action is not None:
-        Stats.incr(f"occflow.outcome.{action.value}", tags=tags)
-    elif outcome:
-        Stats.incr("occflow.outcome.committed", tags=tags)
+    conflicts, decisions, wasted = since
+    metrics.record_report(
+        {
+            **report,
+            "conflicts": report["conflicts"][conflicts:],
+            "decisions": report["decisions"][decisions:],
+            "wasted_seconds": max(float(report["wasted_seconds"]) - wasted, 0.0),
+        }
+    )
 
 
 __all__ = [

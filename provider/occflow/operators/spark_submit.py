@@ -1,0 +1,180 @@
+"""``SparkSubmitWriteOperator``: the write flow with each attempt run as a spark-submit driver.
+
+The driver writes its ``WriteOutcome`` to an outcome file (``occflow.engines.submit``). The
+outcome path is the job's external id for Airflow 3.3's ``ResumableJobMixin``: it is saved in
+the task's state store before the operator waits, so a retry after a worker crash finds the
+driver still running and reconnects to it instead of submitting the same write twice; a driver
+that already committed is not run again.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import ResumableJobMixin
+
+from ..core.declaration import WriteDeclaration
+from ..core.errors import InvalidDeclarationError
+from ..engines.outcome import WriteOutcome
+from ..hooks.spark import DEFAULT_CONN_ID, OccflowSparkHook, embedded_home
+from .base import OccflowWriteOperator
+from .spark import _TEMPLATE_MARK, check_sql_operation, partition_params
+
+RUNNING, SUCCEEDED, FAILED = "RUNNING", "SUCCEEDED", "FAILED"
+
+
+def outcome_dir() -> Path:
+    """Where drivers write outcomes: ``$OCCFLOW_SUBMIT_DIR`` or ``$OCCFLOW_HOME/submit``."""
+    return Path(os.environ.get("OCCFLOW_SUBMIT_DIR") or embedded_home() / "submit")
+
+
+class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
+    """A write job run by spark-submit, under the table's conflict policy, resumable across retries.
+
+    :param job: SQL text (templated), an importable ``"package.module:function"`` taking
+        ``(spark, job_context)``, or a ``Path`` to a PySpark application file.
+    :param occflow_spark_conn_id: the ``occflow_spark`` connection (a master URL, not Spark Connect).
+    :param spark_config: a config dict used instead of a connection.
+    :param py_files: extra Python files for the driver (``--py-files``).
+    :param job_params: extra string parameters for the job (templated).
+    :param durable: keep the driver's outcome path in the task state store (``ResumableJobMixin``).
+    """
+
+    template_fields: Sequence[str] = ("partitions", "sql", "job_params")
+    template_fields_renderers = {"sql": "sql"}
+    external_id_key = "occflow_submit_outcome_path"
+    engine_name = "spark-submit"
+
+    def __init__(
+        self,
+        *,
+        job: str | Path,
+        occflow_spark_conn_id: str = DEFAULT_CONN_ID,
+        spark_config: Mapping[str, Any] | None = None,
+        py_files: Sequence[str] = (),
+        job_params: Mapping[str, str] | None = None,
+        poll_interval: float = 1.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.sql: str | None = None
+        self.job: Any = None
+        if isinstance(job, Path):
+            self.job = job
+        elif isinstance(job, str) and re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", job.strip()):
+            self.job = job.strip()  # a "module:function" reference, imported by the driver
+        elif isinstance(job, str):
+            self.sql = job
+            if not any(m in job for m in _TEMPLATE_MARK):
+                check_sql_operation(job, self.occflow_write.operation, self.task_id)
+        else:
+            raise InvalidDeclarationError(
+                f"{self.task_id}: a spark-submit job is SQL text, 'package.module:function' or a Path to an "
+                f"application file (callables must be importable by the driver), got {type(job).__name__}"
+            )
+        self.occflow_spark_conn_id = occflow_spark_conn_id
+        self.spark_config = dict(spark_config) if spark_config is not None else None
+        self.py_files = tuple(py_files)
+        self.job_params = dict(job_params or {})
+        self.poll_interval = poll_interval
+        self._attempt_state: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ one attempt
+
+    def run_attempt(self, declaration: WriteDeclaration, context: Any, attempt: int) -> WriteOutcome:
+        self._attempt_state = {"declaration": declaration, "attempt": attempt, "path": None}
+        self.execute_resumable(context)  # submit, or reconnect to the driver a crashed try left
+        from ..engines.submit import read_outcome
+
+        path = self._attempt_state["path"]
+        outcome = read_outcome(path) if path else None
+        if outcome is None:
+            from ..engines.submit import SubmittedJob
+
+            outcome = SubmittedJob.reconnect(path).wait(timeout=0)
+        return outcome
+
+    # ------------------------------------------------------------------ ResumableJobMixin
+
+    def submit_job(self, context: Any) -> str:
+        from ..engines.submit import submit_job
+
+        declaration: WriteDeclaration = self._attempt_state["declaration"]
+        ti = context.get("ti")
+        where = outcome_dir()
+        if ti is not None:
+            where = where / str(ti.dag_id) / _safe(str(ti.run_id)) / f"{ti.task_id}.{ti.map_index}"
+        path = where / f"try{getattr(ti, 'try_number', 0)}-attempt{self._attempt_state['attempt']}-{os.getpid()}.json"
+        if self.sql is not None:
+            check_sql_operation(self.sql, declaration.operation, self.task_id)
+        job: Any = self.sql if self.sql is not None else self.job
+        if isinstance(job, str) and self.sql is None:
+            from ..engines.spark import CallableJob
+
+            job = CallableJob.from_reference(job)
+        params = {**partition_params(declaration), **{k: str(v) for k, v in self.job_params.items()}}
+        submitted = submit_job(
+            job,
+            declaration.table,
+            path,
+            operation=declaration.operation,
+            config=self.session_config(),
+            params=params,
+            py_files=self.py_files,
+        )
+        self.log.info("submitted driver pid %s, outcome %s, log %s", submitted.pid, path, submitted.log_path)
+        self._attempt_state["path"] = str(path)
+        return str(path)
+
+    def get_job_status(self, external_id: Any, context: Any) -> str:
+        from ..engines.submit import SubmitError, SubmittedJob
+
+        try:
+            outcome = SubmittedJob.reconnect(str(external_id)).poll()
+        except SubmitError:
+            return FAILED
+        if outcome is None:
+            self._attempt_state["path"] = str(external_id)  # reconnecting: this is our attempt
+            return RUNNING
+        if outcome.committed:
+            self._attempt_state["path"] = str(external_id)
+            return SUCCEEDED
+        return FAILED
+
+    def is_job_active(self, status: str) -> bool:
+        return status == RUNNING
+
+    def is_job_succeeded(self, status: str) -> bool:
+        return status == SUCCEEDED
+
+    def poll_until_complete(self, external_id: Any, context: Any) -> None:
+        from ..engines.submit import SubmittedJob
+
+        # A lost commit is not an error here: the write flow classifies the outcome.
+        SubmittedJob.reconnect(str(external_id)).wait(interval=self.poll_interval)
+
+    def get_job_result(self, external_id: Any, context: Any) -> Any:
+        from ..engines.submit import read_outcome
+
+        outcome = read_outcome(str(external_id))
+        return None if outcome is None else outcome.to_json()
+
+    def session_config(self) -> dict[str, Any]:
+        if self.spark_config is not None:
+            return dict(self.spark_config)
+        return OccflowSparkHook(self.occflow_spark_conn_id).session_config()
+
+    def on_kill(self) -> None:
+        from ..engines.submit import SubmittedJob
+
+        path = self._attempt_state.get("path")
+        if path:
+            SubmittedJob.reconnect(path).kill()
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.=-]", "_", text)
