@@ -133,3 +133,9 @@ def test_cli_prints_json_and_writes_the_docs_page(tmp_path: Path, capsys: pytest
     assert data["engine"] == "delta-rs" and len(data["runs"]) == 2
     page = (docs / "delta-rs.md").read_text()
     assert "## delta-rs WriteSerializable: observed vs delta-write-serializable" in page
+
+
+def test_only_two_concurrent_compactions_leave_duplicated_rows(report: ConformanceReport) -> None:
+    for result in report.results:
+        duplicated = {(a, b) for a, b, obs in result.observations if "DUPLICATED ROWS" in obs.note}
+        assert duplicated == {(Operation.OPTIMIZE, Operation.OPTIMIZE)}, result.label

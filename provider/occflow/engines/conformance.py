@@ -436,12 +436,14 @@ def render_markdown(report: ConformanceReport) -> str:
                 out.append("No divergences: every covered cell agrees.")
         out += ["", f"## {result.label}: every cell observed", ""]
         out += ["```", *_grid(result), "```", "", "(x: the later job failed; .: both committed; !: invalid run)", ""]
-        out += ["| earlier | later | observed | engine error |", "|---|---|---|---|"]
+        out += ["| earlier | later | observed | engine error | runner's note |", "|---|---|---|---|---|"]
         for a, b, obs in result.observations:
             observed = "INVALID: " + _short(obs.earlier_error) if not obs.valid else _mark(
                 obs.later_fails, obs.later_kind
             )
-            out.append(f"| {a.value} | {b.value} | {_md(observed)} | {_md(_short(obs.later_error))} |")
+            out.append(
+                f"| {a.value} | {b.value} | {_md(observed)} | {_md(_short(obs.later_error))} | {_md(obs.note)} |"
+            )
     return "\n".join(out) + "\n"
 
 

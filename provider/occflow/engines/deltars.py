@@ -728,6 +728,9 @@ class DeltaRsPairRunner:
         note = f"read version {read_version}; earlier committed {first.version}"
         if second.committed:
             note += f", later committed {second.version}"
+            duplicated = _duplicated_ids(table)
+            if duplicated:
+                note += f"; DUPLICATED ROWS in partition {PAIR_PARTITION}: ids {duplicated}"
             return Observation(later_committed=True, seconds=time.perf_counter() - start, note=note)
         kind = None if second.classification is None else second.classification.kind
         return Observation(
@@ -737,6 +740,15 @@ class DeltaRsPairRunner:
             seconds=time.perf_counter() - start,
             note=note,
         )
+
+
+def _duplicated_ids(table: DeltaRsTable) -> list[int]:
+    """Ids that appear more than once in the pair's partition: no job here writes an id twice."""
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
+
+    data = table.load().to_pyarrow_table(columns=["id", "part"])
+    ids = data.filter(pc.equal(data["part"], PAIR_PARTITION))["id"].to_pylist()
+    return sorted({i for i in ids if ids.count(i) > 1})
 
 
 @contextlib.contextmanager
