@@ -216,3 +216,38 @@ def test_bad_declarations_fail_when_the_dag_is_parsed():
         ConflictRetryPolicy("delta-rs", "merge", overrides={"commit_state_unknown": "retry"})
     with pytest.raises(InvalidDeclarationError, match="unknown conflict kind"):
         ConflictRetryPolicy("delta-rs", "merge", overrides={"concurrent_appendd": "retry"})
+
+
+def test_write_report_metrics_carry_kind_and_table(stats_capture):
+    """The XCom report of occflow's write operators, turned into Airflow Stats calls."""
+    from occflow import metrics
+
+    metrics.record_report(
+        {
+            "table": "lake.db.events",
+            "operation": "merge",
+            "profile": "iceberg-serializable",
+            "committed": True,
+            "wasted_seconds": 12.4,
+            "conflicts": [{"kind": "validation_conflict"}, {"kind": "commit_failed"}],
+            "decisions": [
+                {"kind": "validation_conflict", "action": "retry", "delay_seconds": 2.5, "reason": "r"},
+                {"kind": "commit_failed", "action": "reschedule", "delay_seconds": 60, "reason": "r"},
+                {"kind": "not_a_conflict", "action": "default", "delay_seconds": 0, "reason": "r"},
+            ],
+        }
+    )
+    names = [(c.method, c.stat, c.value) for c in stats_capture.calls]
+    assert ("incr", "occflow.conflicts.validation_conflict.lake__db__events", 1) in names
+    assert ("incr", "occflow.conflicts.commit_failed.lake__db__events", 1) in names
+    assert ("incr", "occflow.retries.validation_conflict.lake__db__events", 1) in names
+    assert ("incr", "occflow.reschedules.commit_failed.lake__db__events", 1) in names
+    assert ("incr", "occflow.wasted_seconds.lake__db__events", 12) in names
+    assert ("incr", "occflow.committed.lake__db__events", 1) in names
+    timings = stats_capture.named("occflow.wasted.lake__db__events")
+    assert len(timings) == 1 and timings[0].value.total_seconds() == pytest.approx(12.4)
+    assert not [n for n in names if "not_a_conflict" in n[1] or n[1].startswith("occflow.default")]
+    assert {c.tags["table"] for c in stats_capture.calls} == {"lake.db.events"}
+    assert {c.tags["kind"] for c in stats_capture.named("occflow.conflicts.")} == {
+        "validation_conflict", "commit_failed"
+    }
