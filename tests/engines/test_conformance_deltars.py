@@ -127,12 +127,25 @@ def test_unknown_engine_and_isolation_are_named(tmp_path: Path) -> None:
 def test_cli_prints_json_and_writes_the_docs_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     docs = tmp_path / "docs"
     rc = main(["conformance", "--engine", "delta-rs", "--format", "json", "--strict",
+               "--pair", "truncate:insert_into", "--pair", "INSERT INTO:OPTIMIZE",
                "--write-docs", str(docs), "--workdir", str(tmp_path / "tables")])
     assert rc == 0
     data = json.loads(capsys.readouterr().out)
     assert data["engine"] == "delta-rs" and len(data["runs"]) == 2
+    ws = {c["profile"]: c for c in data["runs"][0]["comparisons"]}
+    assert ws["delta-rs"]["covered"] == 2 and ws["delta-rs"]["agreeing"] == 2
+    assert [(r["earlier"], r["later"]) for r in ws["delta-write-serializable"]["rows"] if not r["agrees"]] == [
+        ("truncate", "insert_into")
+    ]
     page = (docs / "delta-rs.md").read_text()
     assert "## delta-rs WriteSerializable: observed vs delta-write-serializable" in page
+
+
+def test_cli_names_a_malformed_pair(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["conformance", "--engine", "delta-rs", "--pair", "truncate"]) == 2
+    assert "is not EARLIER:LATER" in capsys.readouterr().err
+    assert main(["conformance", "--engine", "delta-rs", "--pair", "truncate:frobnicate"]) == 2
+    assert "unknown operation 'frobnicate'" in capsys.readouterr().err
 
 
 def test_only_two_concurrent_compactions_leave_duplicated_rows(report: ConformanceReport) -> None:

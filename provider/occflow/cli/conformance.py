@@ -8,7 +8,14 @@ import tempfile
 from pathlib import Path
 
 from ..core.operations import Operation
-from ..engines.conformance import ENGINE_MODULES, RENDERERS, Observation, render_markdown, run_engine
+from ..engines.conformance import (
+    ENGINE_MODULES,
+    RENDERERS,
+    Observation,
+    parse_pair,
+    render_markdown,
+    run_engine,
+)
 
 DEFAULT_DOCS_DIR = "docs/conformance"
 
@@ -38,6 +45,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="exit 1 when a pair diverges from the runner's own profile (documented profiles never fail it)",
     )
     p.add_argument("--progress", action="store_true", help="print each pair to stderr as it finishes")
+    p.add_argument(
+        "--pair",
+        action="append",
+        metavar="EARLIER:LATER",
+        help="run only this ordered pair (repeatable), e.g. --pair truncate:insert_into",
+    )
     p.set_defaults(func=_conformance)
 
 
@@ -48,13 +61,14 @@ def _progress(earlier: Operation, later: Operation, obs: Observation) -> None:
 
 def _conformance(args: argparse.Namespace) -> int:
     progress = _progress if args.progress else None
+    only = None if not args.pair else [parse_pair(text) for text in args.pair]
     if args.workdir:
         workdir = Path(args.workdir)
         workdir.mkdir(parents=True, exist_ok=True)
-        report = run_engine(args.engine, workdir, progress)
+        report = run_engine(args.engine, workdir, progress, only)
     else:
         with tempfile.TemporaryDirectory(prefix="occflow-conformance-") as tmp:
-            report = run_engine(args.engine, Path(tmp), progress)
+            report = run_engine(args.engine, Path(tmp), progress, only)
     print(RENDERERS[args.format](report))
     if args.write_docs:
         out = Path(args.write_docs)

@@ -223,6 +223,16 @@ class ConformanceReport:
         }
 
 
+def parse_pair(text: str) -> tuple[Operation, Operation]:
+    """``"truncate:insert_into"`` -> the ordered pair; anything else is an error saying the form."""
+    from ..core.operations import parse_operation
+
+    earlier, sep, later = text.partition(":")
+    if not sep or not earlier.strip() or not later.strip():
+        raise InvalidDeclarationError(f"pair {text!r} is not EARLIER:LATER (e.g. truncate:insert_into)")
+    return parse_operation(earlier.strip()), parse_operation(later.strip())
+
+
 def pairs(operations: Sequence[Operation]) -> list[tuple[Operation, Operation]]:
     """Every ordered pair, ``earlier`` first: the cells of the square matrix."""
     return [(a, b) for a in operations for b in operations]
@@ -298,13 +308,14 @@ def run_engine(
     engine: str,
     workdir: Path,
     progress: Callable[[Operation, Operation, Observation], None] | None = None,
+    only: Sequence[tuple[Operation, Operation]] | None = None,
 ) -> ConformanceReport:
-    """Every runner of ``engine`` over all its pairs, in ``workdir`` (tables are made there)."""
+    """Every runner of ``engine`` over all its pairs (or ``only`` those), tables in ``workdir``."""
     start = time.perf_counter()
     results: list[RunnerResult] = []
     with runner_factory(engine)(workdir) as runners:
         for runner in runners:
-            results.append(run_runner(runner, progress=progress))
+            results.append(run_runner(runner, only=only, progress=progress))
     return ConformanceReport(engine, tuple(results), time.perf_counter() - start, engine_meta(engine))
 
 
