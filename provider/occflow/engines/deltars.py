@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import InvalidDeclarationError
-from ..core.kinds import Classification, ConflictKind
+from ..core.kinds import Classification
 from ..core.operations import Operation
 from .conformance import Observation
 from .outcome import ErrorInfo, WriteOutcome
@@ -559,42 +559,11 @@ def error_info(exc: BaseException) -> ErrorInfo:
     return ErrorInfo(exception_class=type(exc).__name__, messages=tuple(messages), cause_classes=tuple(causes))
 
 
-# delta-rs's own conflict texts (``CommitConflictError`` in
-# crates/core/src/kernel/transaction/conflict_checker.rs), used only while occflow.core.classify
-# is not importable, so the engine still reports what it saw. The classifier is the authority.
-_DELTA_RS_REASONS: tuple[tuple[str, ConflictKind], ...] = (
-    ("a concurrent transactions added new data", ConflictKind.CONCURRENT_APPEND),
-    ("a concurrent transaction deleted data this operation read", ConflictKind.CONCURRENT_DELETE_READ),
-    ("a concurrent transaction deleted the same data your transaction deletes", ConflictKind.CONCURRENT_DELETE_DELETE),
-    ("Metadata changed since last commit", ConflictKind.METADATA_CHANGED),
-    ("Protocol changed since last commit", ConflictKind.PROTOCOL_CHANGED),
-    ("Concurrent transaction failed", ConflictKind.CONCURRENT_TRANSACTION),
-)
-_RETRIES_EXHAUSTED = re.compile(r"Failed to commit transaction: \d+\s*$")
-
-
 def classify_error(exc: BaseException) -> Classification:
-    """``occflow.core.classify`` when it is there; otherwise delta-rs's own conflict texts."""
-    try:
-        from ..core.classify import classify
-    except ImportError:
-        return _classify_delta_rs_text(exc)
-    result: Classification = classify(exc)
-    return result
+    """``occflow.core.classify``: the one place that knows delta-rs's conflict texts."""
+    from ..core.classify import classify
 
-
-def _classify_delta_rs_text(exc: BaseException) -> Classification:
-    name = type(exc).__name__
-    text = str(exc)
-    if name == "CommitFailedError":
-        for marker, kind in _DELTA_RS_REASONS:
-            if marker in text:
-                return Classification(kind, ENGINE, f"delta-rs CommitFailedError: {marker}", exception_class=name)
-        if _RETRIES_EXHAUSTED.search(text):
-            return Classification(
-                ConflictKind.COMMIT_RETRIES_EXHAUSTED, ENGINE, "delta-rs ran out of commit retries", exception_class=name
-            )
-    return Classification(ConflictKind.NOT_A_CONFLICT, ENGINE, f"not a delta-rs conflict: {name}", exception_class=name)
+    return classify(exc)
 
 
 # ---------------------------------------------------------------------------------------------
