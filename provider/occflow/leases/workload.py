@@ -25,7 +25,7 @@ class LoadShape:
     whole_table_share: float = 0.1
     append_share: float = 0.5  # the rest is spread evenly over the profile's other operations
     hold_max: float = 0.003
-    poll: float = 0.002
+    poll: float = 0.005
     give_up_after: float = 120.0
     ttl: float = 60.0
 

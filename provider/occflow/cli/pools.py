@@ -1,0 +1,64 @@
+"""``occflow pools plan|sync DAG_FOLDER``: plain Airflow pools that give admission's protection."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ..leases.dagscan import scan_dag_folder
+from ..leases.planning import PlannedPool, plan_pools
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("pools", help="derive Airflow pools from the DAGs' declared writes")
+    verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
+    for verb, text in (("plan", "print the pools and each task's pool_slots"),
+                       ("sync", "create or update the planned pools in Airflow (AIRFLOW_HOME's database)")):
+        v = verbs.add_parser(verb, help=text)
+        v.add_argument("dag_folder", metavar="DAG_FOLDER")
+        v.add_argument("--window", type=float, default=60.0, metavar="MINUTES",
+                       help="runs of two DAGs starting this close may overlap (default 60)")
+        v.add_argument("--format", choices=["text", "json"], default="text")
+        v.set_defaults(func=_plan if verb == "plan" else _sync)
+
+
+def _planned(args: argparse.Namespace) -> list[PlannedPool]:
+    scanned = scan_dag_folder(args.dag_folder)
+    for path, error in scanned.import_errors.items():
+        print(f"occflow pools: cannot import {path}: {error.strip().splitlines()[-1]}", file=sys.stderr)
+    return plan_pools(scanned.tasks, window=args.window * 60)
+
+
+def _show(pools: list[PlannedPool], fmt: str) -> None:
+    if fmt == "json":
+        print(json.dumps([p.to_dict() for p in pools], indent=2))
+        return
+    for p in pools:
+        print(f"pool {p.name}: {p.slots} slot(s) — {p.description}")
+        for task, slots in p.task_slots:
+            role = "runs alone" if slots == p.slots and p.slots > 1 else ("shares" if slots == 1 else "")
+            print(f"    {task}: pool={p.name!r}, pool_slots={slots}" + (f"  ({role})" if role else ""))
+        for w in p.warnings:
+            print(f"    warning: {w}")
+    print(f"{len(pools)} pool(s)")
+
+
+def _plan(args: argparse.Namespace) -> int:
+    _show(_planned(args), args.format)
+    return 0
+
+
+def _sync(args: argparse.Namespace) -> int:
+    pools = _planned(args)
+    from airflow.models.pool import Pool
+
+    for p in pools:
+        existing = Pool.get_pool(p.name)
+        # include_deferred=False: a task deferred while waiting for admission holds no slot.
+        Pool.create_or_update_pool(p.name, p.slots, p.description, include_deferred=False)
+        state = "created" if existing is None else f"updated (was {existing.slots} slot(s))"
+        print(f"pool {p.name}: {p.slots} slot(s) {state}")
+    if args.format == "json":
+        _show(pools, args.format)
+    return 0
