@@ -78,3 +78,218 @@ with DAG("delta_merge_race", schedule=None, start_date=pendulum.datetime(2024, 1
     assert report["version"] == 2
     # Serial result: the append, then the merge (updates id 1, inserts id 9).
     assert _rows(path) == {1: 7, 2: 0, 3: 0, 4: 0, 5: 1, 9: 7}
+
+
+def _seed_small_files(path: str) -> None:
+    """Partition a in three files (something to compact), partition b in one."""
+    import pyarrow as pa
+
+    from occflow.engines.deltars import DeltaRsTable
+
+    table = DeltaRsTable(path)
+    assert table.create(pa.table({"id": [1], "ds": ["a"], "v": [0]}), partition_by=["ds"]).committed
+    for ids in ([2], [3], [4]):
+        assert table.append(pa.table({"id": ids, "ds": ["a"], "v": [0]})).committed
+    assert table.append(pa.table({"id": [10], "ds": ["b"], "v": [0]})).committed
+
+
+def test_compaction_that_loses_to_a_concurrent_delete_is_skipped(run_dag, tmp_path):
+    path = str(tmp_path / "events")
+    _seed_small_files(path)
+    run = run_dag(
+        f'''
+import pendulum
+from airflow.sdk import DAG
+from occflow.engines.deltars import DeltaRsTable, Where
+from occflow.operators.delta import DeltaWriteOperator
+
+PATH = {path!r}
+
+def compact_after_a_delete(table, snapshot, partition, commit, context):
+    # A second writer deletes a file of partition a after the compaction read its snapshot.
+    assert DeltaRsTable(PATH).delete(Where.equals({{"id": 2}}), partition={{"ds": "a"}}).committed
+    return table.optimize(partition=partition, snapshot=snapshot, commit=commit)
+
+with DAG("delta_compaction_race", schedule=None, start_date=pendulum.datetime(2024, 1, 1)):
+    DeltaWriteOperator(
+        task_id="compact", table="events", path=PATH, operation="optimize",
+        partitions={{"ds": "a"}}, job=compact_after_a_delete, retries=2,
+    )
+'''
+    )
+    task = run.task("compact")
+    assert task.state == "skipped"
+    assert task.try_number == 1  # skipped, not retried by Airflow
+    # The delete is the only change: no row lost to the compaction, none resurrected.
+    assert _rows(path) == {1: 0, 3: 0, 4: 0, 10: 0}
+
+
+def test_error_that_is_not_a_conflict_is_left_to_airflow_and_never_retried_as_one(run_dag, tmp_path):
+    path = str(tmp_path / "events")
+    _seed_small_files(path)
+    run = run_dag(
+        f'''
+import pendulum
+import pyarrow as pa
+from airflow.sdk import DAG
+from occflow.operators.delta import DeltaWriteOperator
+
+def wrong_schema(context, snapshot):
+    return pa.table({{"id": [99], "ds": ["a"], "v": ["not a number"], "extra": [1]}})
+
+with DAG("delta_not_a_conflict", schedule=None, start_date=pendulum.datetime(2024, 1, 1)):
+    DeltaWriteOperator(
+        task_id="append", table="events", path={path!r}, operation="insert_into", data=wrong_schema,
+    )
+'''
+    )
+    task = run.task("append")
+    assert run.state == "failed"
+    assert task.state == "failed"
+    assert len(task.tries) == 1
+    assert _rows(path) == {1: 0, 2: 0, 3: 0, 4: 0, 10: 0}
+
+
+def test_duplicated_transaction_id_fails_fast_without_airflow_retries(run_dag, tmp_path):
+    path = str(tmp_path / "events")
+    _seed_small_files(path)
+    run = run_dag(
+        f'''
+import pendulum
+import pyarrow as pa
+from airflow.sdk import DAG
+from occflow.engines.deltars import CommitOptions, DeltaRsTable
+from occflow.operators.delta import DeltaWriteOperator
+
+PATH = {path!r}
+
+def append_as_stream(table, snapshot, partition, commit, context):
+    # Another writer shares this job's application transaction id and commits first.
+    other = DeltaRsTable(PATH).append(
+        pa.table({{"id": [50], "ds": ["b"], "v": [5]}}), commit=CommitOptions(app_id="stream-1", app_version=7)
+    )
+    assert other.committed, other
+    mine = CommitOptions(metadata=commit.metadata, app_id="stream-1", app_version=7)
+    return table.append(pa.table({{"id": [60], "ds": ["b"], "v": [6]}}), snapshot=snapshot, commit=mine)
+
+with DAG("delta_duplicate_txn", schedule=None, start_date=pendulum.datetime(2024, 1, 1)):
+    DeltaWriteOperator(
+        task_id="stream_append", table="events", path=PATH, operation="insert_into",
+        job=append_as_stream, retries=3,
+    )
+'''
+    )
+    task = run.task("stream_append")
+    assert task.state == "failed"
+    assert len(task.tries) == 1  # AirflowFailException: the 3 retries were not used
+    rows = _rows(path)
+    assert 50 in rows and 60 not in rows
+
+
+def test_conflict_policy_override_reschedules_the_task_and_keeps_its_history(run_dag, tmp_path):
+    path, mark = str(tmp_path / "events"), str(tmp_path / "raced")
+    run = run_dag(
+        COMMON.format(path=path, mark=mark)
+        + '''
+def source(context, snapshot):
+    competitor_once()
+    return pa.table({"id": [1, 9], "ds": ["a", "a"], "v": [7, 7]})
+
+RESCHEDULE = {
+    "action": "reschedule",
+    "wait": {"type": "fixed", "wait": 1},
+    "stop": {"type": "after_attempt", "attempts": 3},
+}
+
+with DAG("delta_merge_reschedule", schedule=None, start_date=pendulum.datetime(2024, 1, 1)):
+    setup = PythonOperator(task_id="create", python_callable=create)
+    merge = DeltaWriteOperator(
+        task_id="merge", table="events", path=PATH, operation="merge", partitions={"ds": "a"},
+        data=source, merge_keys=["id"], policy_overrides={"concurrent_append": RESCHEDULE},
+    )
+    setup >> merge
+'''
+    )
+    assert run.state == "success"
+    report = run.task("merge").xcom["return_value"]
+    assert [d["action"] for d in report["decisions"]] == ["reschedule"]
+    assert report["attempts"] == 2  # counted across the reschedule
+    assert _rows(path) == {1: 7, 2: 0, 3: 0, 4: 0, 5: 1, 9: 7}
+
+
+def test_sql_injection_in_a_table_name_fails_the_dag_import(run_dag, tmp_path):
+    with pytest.raises(AssertionError, match="invalid table identifier"):
+        run_dag(
+            f'''
+import pendulum
+from airflow.sdk import DAG
+from occflow.operators.delta import DeltaWriteOperator
+
+with DAG("delta_bad_table", schedule=None, start_date=pendulum.datetime(2024, 1, 1)):
+    DeltaWriteOperator(task_id="t", table="events; DROP TABLE x", path={str(tmp_path)!r},
+                       operation="delete")
+'''
+        )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ('operation="upsert"', "unknown operation 'upsert'"),
+        ('operation="delete", partitions={"ds day": "a"}', "invalid partition column"),
+        ('operation="delete", partitions="ds=a"', "partitions must be a mapping"),
+        ('operation="delete", table_format="hudi"', "unknown table_format 'hudi'"),
+        ('operation="merge", data=[1]', "merge needs merge_keys"),
+        ('operation="delete", policy_overrides={"protocol_changed": "retry"}', "not retry-safe"),
+    ],
+)
+def test_bad_declaration_fails_the_dag_import_naming_what_is_wrong(run_dag, tmp_path, kwargs, message):
+    with pytest.raises(AssertionError, match=message):
+        run_dag(
+            f'''
+import pendulum
+from airflow.sdk import DAG
+from occflow.operators.delta import DeltaWriteOperator
+
+with DAG("delta_bad_declaration", schedule=None, start_date=pendulum.datetime(2024, 1, 1)):
+    DeltaWriteOperator(task_id="t", table="events", path={str(tmp_path)!r}, {kwargs})
+'''
+        )
+
+
+def test_rendered_partition_value_is_checked_before_any_write(run_dag, tmp_path):
+    path = str(tmp_path / "events")
+    _seed_small_files(path)
+    run = run_dag(
+        f'''
+import pendulum
+from airflow.sdk import DAG
+from occflow.operators.delta import DeltaWriteOperator
+
+with DAG("delta_bad_rendered_partition", schedule=None, start_date=pendulum.datetime(2024, 1, 1),
+         params={{"day": ""}}):
+    DeltaWriteOperator(task_id="delete_day", table="events", path={path!r}, operation="delete",
+                       partitions={{"ds": "{{{{ params.day }}}}"}}, retries=2)
+'''
+    )
+    task = run.task("delete_day")
+    assert task.state == "failed" and len(task.tries) == 1
+    assert _rows(path) == {1: 0, 2: 0, 3: 0, 4: 0, 10: 0}
+
+
+def test_partition_value_that_looks_like_sql_stays_a_literal(run_dag, tmp_path):
+    path = str(tmp_path / "events")
+    _seed_small_files(path)
+    run = run_dag(
+        f'''
+import pendulum
+from airflow.sdk import DAG
+from occflow.operators.delta import DeltaWriteOperator
+
+with DAG("delta_literal_partition", schedule=None, start_date=pendulum.datetime(2024, 1, 1)):
+    DeltaWriteOperator(task_id="delete_day", table="events", path={path!r}, operation="delete",
+                       partitions={{"ds": "a' OR '1'='1"}})
+'''
+    )
+    assert run.task("delete_day").state == "success"
+    assert _rows(path) == {1: 0, 2: 0, 3: 0, 4: 0, 10: 0}  # no partition has that value

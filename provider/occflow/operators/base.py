@@ -172,7 +172,7 @@ class OccflowWriteOperator(BaseOperator):
     def declare(self) -> WriteDeclaration:
         """The declaration with rendered partition values, validated again (no templates left)."""
         try:
-            return WriteDeclaration.create(
+            declaration = WriteDeclaration.create(
                 self.table,
                 self.operation,
                 profile=self.profile,
@@ -180,6 +180,14 @@ class OccflowWriteOperator(BaseOperator):
                 reads_whole_table=self.reads_whole_table,
                 allow_templates=False,
             )
+            for spec in declaration.partitions or ():
+                for column, value in spec.items():
+                    if isinstance(value, str) and (not value.strip() or "{{" in value or "{%" in value):
+                        raise InvalidDeclarationError(
+                            f"partition value for {column!r} rendered to {value!r}: a partition value "
+                            "must be a non-empty value with no template left in it"
+                        )
+            return declaration
         except InvalidDeclarationError as exc:
             # Before any write: a rendered value that is not a partition value fails for good.
             raise AirflowFailException(f"{self.task_id}: invalid rendered declaration: {exc}") from exc
