@@ -5,13 +5,22 @@ from __future__ import annotations
 from typing import Any
 
 # Each entry is added when the module it names exists; tests/test_provider_info.py imports them all.
-_HOOKS: list[str] = []
-_OPERATORS: list[str] = []
-_SENSORS: list[str] = []
-_TRIGGERS: list[str] = []
+_HOOKS: list[str] = ["occflow.hooks.spark"]
+_OPERATORS: list[str] = [
+    "occflow.operators.base",
+    "occflow.operators.spark",
+    "occflow.operators.spark_submit",
+    "occflow.operators.delta",
+]
+_SENSORS: list[str] = ["occflow.sensors.commit", "occflow.sensors.conflict_free"]
+_TRIGGERS: list[str] = ["occflow.triggers.lease", "occflow.triggers.table"]
 _NOTIFICATIONS: list[str] = []
-_CONNECTION_TYPES: list[dict[str, str]] = []
-_TASK_DECORATORS: list[dict[str, str]] = []
+_CONNECTION_TYPES: list[dict[str, str]] = [
+    {"hook-class-name": "occflow.hooks.spark.OccflowSparkHook", "connection-type": "occflow_spark"}
+]
+_TASK_DECORATORS: list[dict[str, str]] = [
+    {"name": "occflow_write", "class-name": "occflow.decorators.occflow_write.occflow_write"}
+]
 
 
 def get_provider_info() -> dict[str, Any]:
