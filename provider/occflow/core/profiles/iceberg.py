@@ -22,8 +22,10 @@ bytecode of ``iceberg-spark-runtime-3.5_2.12-1.10.2.jar``:
   ``SparkWrite.CopyOnWriteOperation`` -> ``BaseOverwriteFiles`` deleting the files its scan read,
   with the scan's filter as ``conflictDetectionFilter``. SERIALIZABLE calls
   ``validateNoConflictingData()`` and ``validateNoConflictingDeletes()``, SNAPSHOT only the latter;
-  both set ``failMissingDeletePaths()``. Snapshot operation ``overwrite`` (``delete`` when it adds
-  no file).
+  both set ``failMissingDeletePaths()``. It deletes files, not a row filter, so ``rowFilter()`` is
+  ``alwaysFalse`` and ``BaseOverwriteFiles.validate`` skips ``validateDeletedDataFiles``: a file it
+  read that a newer commit removed fails in ``ManifestFilterManager`` ("Missing required files to
+  delete"). Snapshot operation ``overwrite`` (``delete`` when it adds no file).
 - ``optimize``: ``rewrite_data_files`` -> ``BaseRewriteFiles``: ``failMissingDeletePaths()`` and
   ``validateNoNewDeletesForDataFiles``; snapshot operation ``replace``. The Spark action rethrows
   a failure as ``RuntimeException("Cannot commit rewrite because of a ValidationException ...")``
@@ -32,9 +34,9 @@ bytecode of ``iceberg-spark-runtime-3.5_2.12-1.10.2.jar``:
   ``UpdateProperties`` through a table ``Transaction``, which refreshes and replays on
   ``CommitFailedException``; it writes no snapshot and data commits do not check the schema.
 
-Which newer snapshots each check looks at (``MergingSnapshotProducer``):
-``validateAddedDataFiles`` -> ``append`` and ``overwrite`` (so compactions, ``replace``, never
-count as new data); ``validateDeletedDataFiles`` -> ``overwrite``, ``replace`` and ``delete``.
+``MergingSnapshotProducer.validateAddedDataFiles`` looks only at newer ``append`` and
+``overwrite`` snapshots, so a compaction (``replace``) is never new data; the missing-files check
+looks at the live manifests, whatever removed the file.
 Any other failure to swap the metadata pointer is a ``CommitFailedException`` that
 ``SnapshotProducer.commit`` retries (``commit.retry.num-retries``, default 4) on the refreshed
 table, re-running ``validate()``; a ``CommitStateUnknownException`` is never retried. Both stay
@@ -42,6 +44,12 @@ outside the matrix (``extra_kinds``).
 
 Merge-on-read (``write.*.mode=merge-on-read``, ``SparkPositionDeltaWrite`` -> ``BaseRowDelta``) is
 not modelled: the footprint has no delete files. Its differences are in the cells' notes.
+
+Twenty cells were run on real Spark 3.5.9 + Iceberg 1.10.2 (``SPARK_CHECKED``); the rest is read
+from the source. Two jobs sharing one SparkSession (and so one cached catalog table) make a
+copy-on-write job fail before commit with ``IllegalStateException: Runtime file filtering is not
+possible: the table has been concurrently modified``: not a validation, and avoided by giving each
+job its own session (``spark.newSession()``).
 """
 
 from __future__ import annotations
@@ -116,7 +124,6 @@ class Looks(str, enum.Enum):
     """Which files of a newer snapshot a check inspects."""
 
     ADDED_IN_SCOPE = "added"  # data files it added within the committing job's filter
-    REMOVED_IN_SCOPE = "removed"  # data files it removed within the committing job's filter
     REMOVED_OF_MINE = "mine"  # data files it removed that the committing job also removes
 
 
@@ -136,15 +143,11 @@ class Check:
             return ()
         if self.snapshot_operations is not None and operation not in self.snapshot_operations:
             return ()
-        if self.looks is Looks.ADDED_IN_SCOPE:
-            candidates = winner.files_added
-        elif self.looks is Looks.REMOVED_IN_SCOPE:
-            candidates = winner.files_removed
-        else:
+        if self.looks is Looks.REMOVED_OF_MINE:
             return tuple(sorted(winner.files_removed & current.files_removed))
         # The conflict detection filter is the scan's filter: its partitions, or the whole table.
         scope = current.read_partitions
-        return tuple(sorted(f for f in candidates if scope is None or f.partition in scope))
+        return tuple(sorted(f for f in winner.files_added if scope is None or f.partition in scope))
 
     def reason(self, current: Footprint, files: tuple[FileRef, ...]) -> str:
         scope = current.read_partitions
@@ -159,12 +162,6 @@ ADDED_DATA_FILES = Check(
     looks=Looks.ADDED_IN_SCOPE,
     snapshot_operations=frozenset({APPEND, OVERWRITE}),
 )
-DELETED_DATA_FILES = Check(
-    method="MergingSnapshotProducer.validateDeletedDataFiles",
-    message="Found conflicting deleted files that can contain records matching {filter}",
-    looks=Looks.REMOVED_IN_SCOPE,
-    snapshot_operations=frozenset({OVERWRITE, REPLACE, DELETE}),
-)
 MISSING_FILES_TO_DELETE = Check(
     method="ManifestFilterManager.filterManifests (failMissingDeletePaths)",
     message="Missing required files to delete",
@@ -173,10 +170,10 @@ MISSING_FILES_TO_DELETE = Check(
 )
 
 # What each commit path validates, in Iceberg's order (validate() first, then apply()'s manifest
-# filter). MergingSnapshotProducer.validateNoNewDeleteFiles / validateNoNewDeletesForDataFiles
-# are left out: copy-on-write writers add no delete files, and Footprint has none to compare.
-_COPY_ON_WRITE_SERIALIZABLE = (ADDED_DATA_FILES, DELETED_DATA_FILES, MISSING_FILES_TO_DELETE)
-_COPY_ON_WRITE_SNAPSHOT = (DELETED_DATA_FILES, MISSING_FILES_TO_DELETE)
+# filter). MergingSnapshotProducer.validateNoNewDeletesForDataFiles is left out: copy-on-write
+# writers add no delete files, and Footprint has none to compare.
+_COPY_ON_WRITE_SERIALIZABLE = (ADDED_DATA_FILES, MISSING_FILES_TO_DELETE)
+_COPY_ON_WRITE_SNAPSHOT = (MISSING_FILES_TO_DELETE,)
 VALIDATIONS: dict[tuple[CommitApi, IsolationLevel], tuple[Check, ...]] = {
     (CommitApi.OVERWRITE_FILES, IsolationLevel.SERIALIZABLE): _COPY_ON_WRITE_SERIALIZABLE,
     (CommitApi.OVERWRITE_FILES, IsolationLevel.SNAPSHOT): _COPY_ON_WRITE_SNAPSHOT,
@@ -230,7 +227,6 @@ class Outcome:
 
 
 FAILS_ADDED = Outcome(Effect.LATER_FAILS, ADDED_DATA_FILES)
-FAILS_DELETED = Outcome(Effect.LATER_FAILS, DELETED_DATA_FILES)
 FAILS_MISSING = Outcome(Effect.LATER_FAILS, MISSING_FILES_TO_DELETE)
 APPENDS = Outcome(Effect.APPEND)
 OVERWRITES = Outcome(Effect.OVERWRITE)
@@ -267,18 +263,50 @@ _BY_EARLIER = {
 }
 
 UNSURE = "UNSURE: "
+_S, _N = IsolationLevel.SERIALIZABLE, IsolationLevel.SNAPSHOT
+
+#: Cells run on real Spark 3.5.9 + Iceberg 1.10.2 while writing this matrix (one partition,
+#: format v2, copy-on-write; the later job held by a slow UDF between its scan and its commit, each
+#: job in its own SparkSession), all as the matrix says. The conformance suite runs them all.
+SPARK_CHECKED: frozenset[tuple[IsolationLevel, Op, Op]] = frozenset(
+    {
+        (_S, Op.INSERT_INTO, Op.UPDATE),
+        (_S, Op.TRUNCATE, Op.UPDATE),
+        (_S, Op.ALTER_METADATA, Op.UPDATE),
+        (_S, Op.UPDATE, Op.UPDATE),
+        (_S, Op.INSERT_INTO, Op.DELETE),
+        (_S, Op.INSERT_INTO, Op.MERGE),
+        (_S, Op.INSERT_OVERWRITE, Op.MERGE),
+        (_S, Op.INSERT_INTO, Op.INSERT_OVERWRITE),
+        (_S, Op.UPDATE, Op.INSERT_OVERWRITE),
+        (_S, Op.OPTIMIZE, Op.INSERT_OVERWRITE),
+        (_N, Op.INSERT_INTO, Op.UPDATE),
+        (_N, Op.OPTIMIZE, Op.UPDATE),
+        (_N, Op.INSERT_INTO, Op.DELETE),
+        (_N, Op.UPDATE, Op.DELETE),
+        (_N, Op.TRUNCATE, Op.DELETE),
+        (_N, Op.INSERT_INTO, Op.MERGE),
+        (_N, Op.MERGE, Op.MERGE),
+        (_N, Op.OPTIMIZE, Op.MERGE),
+        (_N, Op.ALTER_METADATA, Op.MERGE),
+        (_N, Op.TRUNCATE, Op.INSERT_OVERWRITE),
+    }
+)
 _NOTE_OVERWRITE = (
-    UNSURE + "SQL INSERT OVERWRITE passes no isolation-level write option, so nothing is "
-    "validated; a DataFrame writer with option('isolation-level', ...) would get "
-    "validateAddedDataFiles (serializable) and validateDeletedDataFiles (both) on the partition."
+    "SQL INSERT OVERWRITE passes no isolation-level write option, so nothing is validated "
+    "(checked on Spark after insert_into, update, truncate, optimize); a DataFrame writer with "
+    "option('isolation-level', ...) would get validateAddedDataFiles (serializable) and "
+    "validateDeletedDataFiles / validateNoNewDeleteFiles (both) on its partitions."
 )
 _NOTE_TRUNCATE = (
     "Holds while Spark plans the DELETE as metadata-only (OptimizeMetadataOnlyDeleteFromTable, "
     "SparkTable.canDeleteWhere: whole partitions); a row-level DELETE is the 'delete' column."
 )
 _NOTE_REWRITE = (
-    "Spark rethrows it as RuntimeException 'Cannot commit rewrite because of a ValidationException "
-    "...' (classify by the cause). Merge-on-read: after an earlier MoR update/delete/merge the "
+    UNSURE + "read from BaseRewriteFiles, not run (a rewrite cannot be held between plan and "
+    "commit from SQL); the action skips groups below min-input-files, so a tiny partition may "
+    "rewrite nothing and not fail. Spark rethrows it as RuntimeException 'Cannot commit rewrite "
+    "because of a ValidationException ...' (classify by the cause). Merge-on-read: after an earlier MoR update/delete/merge the "
     "rewrite fails in validateNoNewDeletesForDataFiles ('found new position delete for replaced "
     "data file') instead."
 )
@@ -287,12 +315,14 @@ _NOTE_COW_AFTER_APPEND = (
     "serializable and not snapshot; merge-on-read (BaseRowDelta) behaves the same."
 )
 _NOTE_COW = (
-    "Merge-on-read (SparkPositionDeltaWrite -> BaseRowDelta) differs: after an earlier MoR row-level "
-    "write it fails in validateNoConflictingDeleteFiles ('Found new conflicting delete files'); "
-    "after a compaction in validateDataFilesExist ('Cannot commit, missing data files')."
+    "Copy-on-write deletes files, not a row filter, so validateDeletedDataFiles is skipped and "
+    "removed inputs fail in the manifest filter. Merge-on-read (SparkPositionDeltaWrite -> "
+    "BaseRowDelta) differs: after an earlier MoR row-level write it fails in "
+    "validateNoConflictingDeleteFiles ('Found new conflicting delete files'); after a compaction "
+    "or removal in validateDataFilesExist ('Cannot commit, missing data files')."
 )
 _NOTE_ALTER_EARLIER = (
-    UNSURE + "no data commit checks the schema id; a schema change that breaks the later job's "
+    "No data commit checks the schema id; a schema change that breaks the later job's "
     "written files (e.g. a dropped required column) is not modelled."
 )
 _NOTE_ALTER_LATER = (
@@ -330,31 +360,31 @@ ICEBERG_MATRIX: tuple[tuple[Op, Op, Outcome, Outcome, str], ...] = (
     (Op.OPTIMIZE, Op.TRUNCATE, OVERWRITES, OVERWRITES, _NOTE_TRUNCATE),
     (Op.ALTER_METADATA, Op.TRUNCATE, OVERWRITES, OVERWRITES, _NOTE_TRUNCATE),
     # later UPDATE: copy-on-write OverwriteFiles of the files it read in p.
-    (Op.INSERT_OVERWRITE, Op.UPDATE, FAILS_ADDED, FAILS_DELETED, _NOTE_COW),
-    (Op.TRUNCATE, Op.UPDATE, FAILS_DELETED, FAILS_DELETED, _NOTE_COW),
+    (Op.INSERT_OVERWRITE, Op.UPDATE, FAILS_ADDED, FAILS_MISSING, _NOTE_COW),
+    (Op.TRUNCATE, Op.UPDATE, FAILS_MISSING, FAILS_MISSING, _NOTE_COW),
     (Op.INSERT_INTO, Op.UPDATE, FAILS_ADDED, APPLIES, _NOTE_COW_AFTER_APPEND),
-    (Op.UPDATE, Op.UPDATE, FAILS_ADDED, FAILS_DELETED, _NOTE_COW),
-    (Op.DELETE, Op.UPDATE, FAILS_ADDED, FAILS_DELETED, _NOTE_COW),
-    (Op.MERGE, Op.UPDATE, FAILS_ADDED, FAILS_DELETED, _NOTE_COW),
-    (Op.OPTIMIZE, Op.UPDATE, FAILS_DELETED, FAILS_DELETED, _NOTE_COW),
+    (Op.UPDATE, Op.UPDATE, FAILS_ADDED, FAILS_MISSING, _NOTE_COW),
+    (Op.DELETE, Op.UPDATE, FAILS_ADDED, FAILS_MISSING, _NOTE_COW),
+    (Op.MERGE, Op.UPDATE, FAILS_ADDED, FAILS_MISSING, _NOTE_COW),
+    (Op.OPTIMIZE, Op.UPDATE, FAILS_MISSING, FAILS_MISSING, _NOTE_COW),
     (Op.ALTER_METADATA, Op.UPDATE, APPLIES, APPLIES, _NOTE_ALTER_EARLIER),
     # later DELETE (row-level): the same commit path as UPDATE.
-    (Op.INSERT_OVERWRITE, Op.DELETE, FAILS_ADDED, FAILS_DELETED, _NOTE_COW),
-    (Op.TRUNCATE, Op.DELETE, FAILS_DELETED, FAILS_DELETED, _NOTE_COW),
+    (Op.INSERT_OVERWRITE, Op.DELETE, FAILS_ADDED, FAILS_MISSING, _NOTE_COW),
+    (Op.TRUNCATE, Op.DELETE, FAILS_MISSING, FAILS_MISSING, _NOTE_COW),
     (Op.INSERT_INTO, Op.DELETE, FAILS_ADDED, APPLIES, _NOTE_COW_AFTER_APPEND),
-    (Op.UPDATE, Op.DELETE, FAILS_ADDED, FAILS_DELETED, _NOTE_COW),
-    (Op.DELETE, Op.DELETE, FAILS_ADDED, FAILS_DELETED, _NOTE_COW),
-    (Op.MERGE, Op.DELETE, FAILS_ADDED, FAILS_DELETED, _NOTE_COW),
-    (Op.OPTIMIZE, Op.DELETE, FAILS_DELETED, FAILS_DELETED, _NOTE_COW),
+    (Op.UPDATE, Op.DELETE, FAILS_ADDED, FAILS_MISSING, _NOTE_COW),
+    (Op.DELETE, Op.DELETE, FAILS_ADDED, FAILS_MISSING, _NOTE_COW),
+    (Op.MERGE, Op.DELETE, FAILS_ADDED, FAILS_MISSING, _NOTE_COW),
+    (Op.OPTIMIZE, Op.DELETE, FAILS_MISSING, FAILS_MISSING, _NOTE_COW),
     (Op.ALTER_METADATA, Op.DELETE, APPLIES, APPLIES, _NOTE_ALTER_EARLIER),
     # later MERGE: the same commit path as UPDATE.
-    (Op.INSERT_OVERWRITE, Op.MERGE, FAILS_ADDED, FAILS_DELETED, _NOTE_COW),
-    (Op.TRUNCATE, Op.MERGE, FAILS_DELETED, FAILS_DELETED, _NOTE_COW),
+    (Op.INSERT_OVERWRITE, Op.MERGE, FAILS_ADDED, FAILS_MISSING, _NOTE_COW),
+    (Op.TRUNCATE, Op.MERGE, FAILS_MISSING, FAILS_MISSING, _NOTE_COW),
     (Op.INSERT_INTO, Op.MERGE, FAILS_ADDED, APPLIES, _NOTE_COW_AFTER_APPEND),
-    (Op.UPDATE, Op.MERGE, FAILS_ADDED, FAILS_DELETED, _NOTE_COW),
-    (Op.DELETE, Op.MERGE, FAILS_ADDED, FAILS_DELETED, _NOTE_COW),
-    (Op.MERGE, Op.MERGE, FAILS_ADDED, FAILS_DELETED, _NOTE_COW),
-    (Op.OPTIMIZE, Op.MERGE, FAILS_DELETED, FAILS_DELETED, _NOTE_COW),
+    (Op.UPDATE, Op.MERGE, FAILS_ADDED, FAILS_MISSING, _NOTE_COW),
+    (Op.DELETE, Op.MERGE, FAILS_ADDED, FAILS_MISSING, _NOTE_COW),
+    (Op.MERGE, Op.MERGE, FAILS_ADDED, FAILS_MISSING, _NOTE_COW),
+    (Op.OPTIMIZE, Op.MERGE, FAILS_MISSING, FAILS_MISSING, _NOTE_COW),
     (Op.ALTER_METADATA, Op.MERGE, APPLIES, APPLIES, _NOTE_ALTER_EARLIER),
     # later OPTIMIZE: RewriteFiles needs every file it replaces to still be live.
     (Op.INSERT_OVERWRITE, Op.OPTIMIZE, FAILS_MISSING, FAILS_MISSING, _NOTE_REWRITE),
@@ -387,6 +417,9 @@ def cells_for(level: IsolationLevel) -> tuple[Cell, ...]:
         earlier, later, _, _, note = row
         outcome = pick(row)
         fails = outcome.effect is Effect.LATER_FAILS
+        checked = (
+            "Checked on Spark 3.5.9 + Iceberg 1.10.2." if (level, earlier, later) in SPARK_CHECKED else ""
+        )
         reason = (
             f"{outcome.check.method}: '{outcome.check.message.format(filter='<scan filter>')}'."
             if outcome.check
@@ -400,7 +433,7 @@ def cells_for(level: IsolationLevel) -> tuple[Cell, ...]:
                 exception=ConflictKind.VALIDATION_CONFLICT if fails else None,
                 effect=outcome.effect,
                 source=f"iceberg 1.10 {_BY_LATER[later]}; {_BY_EARLIER[earlier]}",
-                note=" ".join(part for part in (reason, note) if part),
+                note=" ".join(part for part in (reason, note, checked) if part),
             )
         )
     return tuple(cells)
@@ -431,8 +464,8 @@ ICEBERG_SERIALIZABLE = Profile(
     sources=SOURCES,
     cells=cells_for(IsolationLevel.SERIALIZABLE),
     description=(
-        "A copy-on-write UPDATE/DELETE/MERGE fails when a concurrent commit added or removed "
-        "files matching its filter (appends included); a compaction fails when its input files "
+        "A copy-on-write UPDATE/DELETE/MERGE fails when a concurrent commit added files matching "
+        "its filter (appends included) or removed a file it read; a compaction fails when its input files "
         "were removed; appends, SQL overwrites, metadata-only deletes and ALTER TABLE never fail "
         "validation. Validation is scoped by the scan filter: disjoint partitions never conflict."
     ),
