@@ -27,6 +27,7 @@ import pendulum
 from airflow.sdk import DAG, task
 from occflow.hooks.spark import OccflowSparkHook
 from occflow.operators.spark import SparkWriteOperator, spark_engine
+from occflow.sensors.commit import TableCommitSensor
 
 GATE = pathlib.Path({gate!r})
 T = "lake.db.race_events"
@@ -109,7 +110,13 @@ with DAG("iceberg_race", schedule=None, start_date=pendulum.datetime(2024, 1, 1)
             "operations": [r["operation"] for r in snapshots],
         }}
 
-    create_table() >> overwrite >> upsert >> table_content()
+    # Reads the Iceberg metadata files (no JVM) for the snapshot the MERGE task committed.
+    merged = TableCommitSensor(
+        task_id="wait_for_merge", table_format="iceberg", table="db.race_events",
+        upstream_task_id="upsert_day", poll_interval=0.5,
+    )
+
+    create_table() >> overwrite >> upsert >> merged >> table_content()
 '''
 
 
@@ -129,6 +136,10 @@ def test_iceberg_writers_that_lose_a_real_race_are_retried_to_the_serial_result(
     # that a re-planned MERGE may retry.
     assert upsert["conflicts"][0]["kind"] in ("validation_conflict", "commit_failed")
     assert [d["action"] for d in upsert["decisions"]] == ["retry"]
+
+    found = run.task("wait_for_merge").xcom["return_value"]
+    assert found["snapshot_id"] == upsert["snapshot_id"]
+    assert found["operation"] == "overwrite"  # a copy-on-write MERGE commits an overwrite snapshot
 
     content = run.task("table_content").xcom["return_value"]
     # Serial result: the competitor's row 999 is replaced by the overwrite of 2024-01-01; the

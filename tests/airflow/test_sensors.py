@@ -155,3 +155,26 @@ with DAG("admission_waits", schedule=None, start_date=pendulum.datetime(2024, 1,
     # Deferred until the compaction's lease lapsed; the merge's own lease was released after.
     assert task.tries[-1].end_date.timestamp() >= held.expires.timestamp()
     assert store.leases("events") == []
+
+
+def test_triggers_serialize_to_json_and_back():
+    import importlib
+    import json
+
+    from occflow.leases import Holder, LeaseRequest
+    from occflow.triggers.lease import ConflictFreeTrigger, LeaseAdmissionTrigger, request_to_dict
+    from occflow.triggers.table import TableCommitTrigger
+
+    request = LeaseRequest.create("db.t", "merge", "iceberg-serializable", [{"ds": "2024-01-01"}],
+                                  holder=Holder("d", "t", "r", 1))
+    triggers = [
+        LeaseAdmissionTrigger.for_request(request, "sqlite:////tmp/x.db", 1.0),
+        ConflictFreeTrigger(request_to_dict(request), None, 2.0),
+        TableCommitTrigger("delta", "/tmp/t", {"min_version": 3, "snapshot_id": None,
+                                               "partition": "ds=a", "metadata": {}}, 1.0),
+    ]
+    for trigger in triggers:
+        path, kwargs = trigger.serialize()
+        module, _, name = path.rpartition(".")
+        again = getattr(importlib.import_module(module), name)(**json.loads(json.dumps(kwargs)))
+        assert again.serialize() == (path, kwargs)
