@@ -17,7 +17,7 @@ from occflow.hooks.spark import OccflowSparkHook
 from occflow.operators.spark import SparkWriteOperator, spark_engine
 
 TABLE = "db.events_backfill"
-DAYS = [f"2024-01-{day:02d}" for day in range(1, 7)]
+DAYS = [f"2024-01-{day:02d}" for day in range(1, 5)]
 ROWS_PER_DAY = 200
 
 
