@@ -191,3 +191,15 @@ def test_oracle_row_is_the_bound_with_nothing_wasted() -> None:
     assert oracle.metrics.makespan == oracle.bound.value
     assert oracle.metrics.wasted_seconds == 0
     assert oracle.metrics.useful_seconds == pytest.approx(sum(j.duration for j in oracle.jobs))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_merge_heavy_goals_occflow_wastes_under_2_percent_near_the_bound_and_beats_naive_and_pool(seed: int) -> None:
+    w = load_workload(next(p for p in WORKLOADS if p.stem == "merge_heavy"))
+    runs = {p: simulate(w, p, seed=seed).metrics for p in SIMULATED}
+    occflow, naive, pool = runs["occflow"], runs["naive"], runs["pool"]
+    assert occflow.committed == occflow.jobs
+    assert occflow.wasted_fraction < 0.02
+    assert occflow.makespan_over_bound <= 1.15
+    assert naive.wasted_fraction > max(3 * occflow.wasted_fraction, 0.05)
+    assert pool.makespan > 2 * occflow.makespan
