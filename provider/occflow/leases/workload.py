@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from ..core.operations import Operation
 from ..core.profiles import get_profile
-from .model import Holder, LeaseRequest
+from .model import AdmissionPriorities, Holder, LeaseRequest
 from .store import LeaseStore
 
 
@@ -25,9 +25,13 @@ class LoadShape:
     whole_table_share: float = 0.1
     append_share: float = 0.5  # the rest is spread evenly over the profile's other operations
     hold_max: float = 0.003
-    poll: float = 0.005
-    give_up_after: float = 120.0
+    poll: float = 0.002  # first re-poll; doubles up to poll_max while the request waits
+    poll_max: float = 0.05
+    give_up_after: float = 600.0
     ttl: float = 60.0
+    # Head start of data writes over compactions (AdmissionPriorities); short so that a
+    # compaction is not held back a minute in a run that lasts a few minutes.
+    data_write_head_start: float = 0.5
 
 
 @dataclass
@@ -41,7 +45,10 @@ class WorkerReport:
 
 def run_worker(url: str, worker: int, shape: LoadShape, seed: int) -> WorkerReport:
     """One worker process: its own store connection, ``shape.cycles`` rounds."""
-    store = LeaseStore.from_url(url, history=True, create=False)
+    store = LeaseStore.from_url(
+        url, history=True, create=False,
+        priorities=AdmissionPriorities(data_write_head_start=shape.data_write_head_start),
+    )
     rnd = random.Random(seed)
     report = WorkerReport(worker)
     try:
@@ -59,6 +66,7 @@ def run_worker(url: str, worker: int, shape: LoadShape, seed: int) -> WorkerRepo
             )
             report.requests.append(request.request_id)
             started = time.monotonic()
+            pause = shape.poll
             while True:
                 report.polls += 1
                 lease = store.try_acquire(request)
@@ -68,7 +76,8 @@ def run_worker(url: str, worker: int, shape: LoadShape, seed: int) -> WorkerRepo
                     store.cancel(request)
                     report.given_up.append(request.request_id)
                     break
-                time.sleep(shape.poll * (0.5 + rnd.random()))
+                time.sleep(pause * (0.5 + rnd.random()))
+                pause = min(pause * 2, shape.poll_max)
             if lease is None:
                 continue
             report.waits.append(time.monotonic() - started)
