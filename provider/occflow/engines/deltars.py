@@ -15,6 +15,7 @@ job planned on the earlier job's snapshot and committed after it.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import datetime as dt
 import decimal
 import math
@@ -171,6 +172,9 @@ class CommitOptions:
     def properties(self, commit_id: str) -> CommitProperties:
         from deltalake import CommitProperties, Transaction
 
+        ambient = _AMBIENT_COMMIT.get()
+        if ambient is not None and self.app_id is None:  # ambient options always name one
+            return ambient.merged_over(self).properties(commit_id)
         metadata = {**self.metadata, _COMMIT_ID_KEY: commit_id}
         txns = None
         if self.app_id is not None and self.app_version is not None:
@@ -178,6 +182,34 @@ class CommitOptions:
         return CommitProperties(
             custom_metadata=metadata, max_commit_retries=self.max_commit_retries, app_transactions=txns
         )
+
+    def merged_over(self, other: CommitOptions) -> CommitOptions:
+        """``other`` with this one's app transaction and metadata added (this one wins)."""
+        return CommitOptions(
+            metadata={**other.metadata, **self.metadata},
+            app_id=self.app_id,
+            app_version=self.app_version,
+            max_commit_retries=other.max_commit_retries if self.max_commit_retries is None else self.max_commit_retries,
+        )
+
+
+# Commit options every delta-rs commit made inside ``ambient_commit`` carries: how an operator
+# puts its exactly-once tag on commits made by jobs it does not build (occflow.engines.tags).
+_AMBIENT_COMMIT: contextvars.ContextVar[CommitOptions | None] = contextvars.ContextVar(
+    "occflow_ambient_commit", default=None
+)
+
+
+@contextlib.contextmanager
+def ambient_commit(options: CommitOptions) -> Iterator[None]:
+    """Inside, every commit whose own options name no app transaction gets ``options`` merged in."""
+    if options.app_id is None:
+        raise InvalidDeclarationError("ambient commit options must name an app transaction (app_id, app_version)")
+    token = _AMBIENT_COMMIT.set(options)
+    try:
+        yield
+    finally:
+        _AMBIENT_COMMIT.reset(token)
 
 
 # Which operation metric counts the rows a write touched.
