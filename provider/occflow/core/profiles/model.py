@@ -84,8 +84,12 @@ class Profile:
     # For FOOTPRINT rules: the format's commit validator (a port of its conflict checker).
     validator: Validator | None = field(default=None, compare=False)
     _index: dict[tuple[Operation, Operation], Cell] = field(init=False, repr=False, compare=False)
+    _operations: tuple[Operation, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        seen = {op for cell in self.cells for op in (cell.earlier, cell.later)}
+        # Derived once: the simulator and the engine ask for it on every commit.
+        object.__setattr__(self, "_operations", tuple(op for op in Operation if op in seen))
         index: dict[tuple[Operation, Operation], Cell] = {}
         for cell in self.cells:
             key = (cell.earlier, cell.later)
@@ -102,11 +106,7 @@ class Profile:
 
     @property
     def operations(self) -> tuple[Operation, ...]:
-        seen: dict[Operation, None] = {}
-        for cell in self.cells:
-            seen.setdefault(cell.earlier)
-            seen.setdefault(cell.later)
-        return tuple(op for op in Operation if op in seen)
+        return self._operations
 
     def operation(self, name: str | Operation) -> Operation:
         """Parse ``name`` and check this profile knows it."""
