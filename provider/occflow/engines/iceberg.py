@@ -329,6 +329,22 @@ def _app_id(spark: Any) -> str | None:
         return None
 
 
+def pinned_session(spark: Any, catalog: str = "lake") -> Any:
+    """A new session of ``spark``'s context whose ``catalog`` caches the tables it loads.
+
+    A table it has read stays on that snapshot until this session writes it, however many
+    commits other sessions or drivers make: its next write plans on the old snapshot and Iceberg
+    validates it against everything committed since, as for a job that started back then. The
+    conformance suite and the conflict tests use it to fix the commit order without sleeps.
+    """
+    if not catalog.isidentifier():
+        raise SparkConfigError(f"catalog name must be an identifier, got {catalog!r}")
+    session = spark.newSession()
+    session.conf.set(f"spark.sql.catalog.{catalog}.cache-enabled", "true")
+    session.conf.set(f"spark.sql.catalog.{catalog}.cache.expiration-interval-ms", "-1")
+    return session
+
+
 def set_commit_retries(spark: Any, table: str, retries: int) -> None:
     """Set ``commit.retry.num-retries`` on an existing table (0 = fail on the first lost race)."""
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:

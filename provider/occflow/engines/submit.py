@@ -231,6 +231,15 @@ class SubmittedJob:
                 raise TimeoutError(f"driver pid {self.pid} wrote no outcome to {self.outcome_path} in {timeout} s")
             time.sleep(interval)
 
+    def join(self, timeout: float | None = None, interval: float = 0.5) -> bool:
+        """Wait for the driver process to exit (it writes the outcome, then stops its JVM)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.running():
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            time.sleep(interval)
+        return True
+
     def kill(self) -> None:
         """Stop the driver and its JVM (the driver runs in its own process group)."""
         if self.running():
