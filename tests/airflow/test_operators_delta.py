@@ -293,3 +293,18 @@ with DAG("delta_literal_partition", schedule=None, start_date=pendulum.datetime(
     )
     assert run.task("delete_day").state == "success"
     assert _rows(path) == {1: 0, 2: 0, 3: 0, 4: 0, 10: 0}  # no partition has that value
+
+
+def test_mapped_write_with_a_bad_fixed_declaration_fails_the_dag_import(run_dag, tmp_path):
+    with pytest.raises(AssertionError, match="unknown operation 'upsert'"):
+        run_dag(
+            f'''
+import pendulum
+from airflow.sdk import DAG
+from occflow.operators.delta import DeltaWriteOperator
+
+with DAG("delta_bad_mapped", schedule=None, start_date=pendulum.datetime(2024, 1, 1)):
+    DeltaWriteOperator.partial(task_id="t", table="events", path={str(tmp_path)!r}, operation="upsert",
+                               data=[1]).expand(partitions=[{{"ds": "a"}}, {{"ds": "b"}}])
+'''
+        )

@@ -72,7 +72,7 @@ def upsert_day(spark, job):
     gated(spark, "merge", f"INSERT INTO {{T}} VALUES (5000, '{{job.params['ds']}}', 1)")
     spark.sql(
         f"MERGE INTO {{T}} t USING (SELECT gate_merge(id) AS id, '{{job.params['ds']}}' AS ds, 7 AS amount "
-        f"FROM VALUES (5000L), (5001L) AS s(id)) s "
+        "FROM range(5000, 5002, 1, 1)) s "
         f"ON t.id = s.id AND t.ds = s.ds AND t.ds = '{{job.params['ds']}}' "
         "WHEN MATCHED THEN UPDATE SET amount = s.amount WHEN NOT MATCHED THEN INSERT *"
     )

@@ -26,6 +26,7 @@ from airflow.sdk.exceptions import (
     AirflowFailException,
     AirflowRescheduleException,
     AirflowSkipException,
+    AirflowTaskTimeout,
 )
 
 from ..core.classify import classify
@@ -115,6 +116,7 @@ class OccflowWriteOperator(BaseOperator):
     template_fields: Sequence[str] = ("partitions",)
     ui_color = "#dff0d8"
     engine_name = "unknown"
+    default_table_format: str | None = None  # the format when neither profile nor table_format is given
 
     def __init__(
         self,
@@ -155,6 +157,31 @@ class OccflowWriteOperator(BaseOperator):
         self.lease_store_url = lease_store_url
         self.lease_ttl = lease_ttl
         self.admission_poll_interval = admission_poll_interval
+
+    @classmethod
+    def partial(cls, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Like ``BaseOperator.partial``, but the declaration's fixed parts are checked now.
+
+        Airflow builds mapped tasks without calling ``__init__`` at parse time; a bad table or
+        operation in ``.partial(...)`` must still fail the DAG import, not the first mapped task.
+        """
+        from airflow.sdk.bases.operator import partial as airflow_partial
+
+        if "table" in kwargs and "operation" in kwargs:
+            table_format = kwargs.get("table_format")
+            if table_format is None and not kwargs.get("profile"):
+                table_format = cls.default_table_format
+            declared = WriteDeclaration.create(
+                kwargs["table"],
+                kwargs["operation"],
+                profile=kwargs.get("profile"),
+                table_format=table_format,
+                partitions=kwargs.get("partitions"),
+                reads_whole_table=kwargs.get("reads_whole_table", False),
+                allow_templates=True,
+            )
+            derive_policy(declared.profile, declared.operation, overrides_to_dict(kwargs.get("policy_overrides")))
+        return airflow_partial(cls, **kwargs)
 
     # ------------------------------------------------------------------ the flow
 
@@ -226,7 +253,7 @@ class OccflowWriteOperator(BaseOperator):
             started = time.monotonic()
             try:
                 outcome = self.run_attempt(declaration, context, history.attempts)
-            except (AirflowFailException, AirflowSkipException, InvalidDeclarationError):
+            except (AirflowFailException, AirflowSkipException, AirflowTaskTimeout, InvalidDeclarationError):
                 raise
             except Exception as exc:
                 # An engine that raises instead of returning an outcome: classified the same way.

@@ -56,6 +56,7 @@ class DeltaWriteOperator(OccflowWriteOperator):
 
     template_fields: Sequence[str] = ("partitions", "path", "where", "set_values")
     engine_name = "delta-rs"
+    default_table_format = "delta"
 
     def __init__(
         self,
@@ -71,7 +72,7 @@ class DeltaWriteOperator(OccflowWriteOperator):
         storage_options: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
-        kwargs.setdefault("table_format", None if kwargs.get("profile") else "delta")
+        kwargs.setdefault("table_format", None if kwargs.get("profile") else self.default_table_format)
         super().__init__(**kwargs)
         op = self.occflow_write.operation
         if job is None and op not in _BUILT_IN:

@@ -169,6 +169,9 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
         return OccflowSparkHook(self.occflow_spark_conn_id).session_config()
 
     def on_kill(self) -> None:
+        # A durable driver outlives the task on purpose: the next try reconnects to it.
+        if self.durable:
+            return
         from ..engines.submit import SubmittedJob
 
         path = self._attempt_state.get("path")

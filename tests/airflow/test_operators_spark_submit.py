@@ -1,0 +1,70 @@
+"""SparkSubmitWriteOperator: a real spark-submit driver, and ResumableJobMixin across tries.
+
+The first try submits the driver and is killed by its ``execution_timeout`` while the driver
+(a separate process group) is still starting its JVM; Airflow retries the task; the second try
+finds the outcome path in the task state store, sees the driver running and reconnects to it
+instead of submitting the write again. Exactly one driver runs and the row is written once.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.slow]
+
+os.environ.setdefault("OCCFLOW_HOME", tempfile.mkdtemp(prefix="occflow-home-"))
+
+
+def test_retry_reconnects_to_the_running_driver_instead_of_submitting_twice(run_dag, tmp_path):
+    submit_dir = tmp_path / "outcomes"
+    run = run_dag(
+        f'''
+import os
+from datetime import timedelta
+import pendulum
+from airflow.sdk import DAG, task
+from occflow.hooks.spark import OccflowSparkHook
+from occflow.operators.spark import spark_engine
+from occflow.operators.spark_submit import SparkSubmitWriteOperator
+
+os.environ["OCCFLOW_SUBMIT_DIR"] = {str(submit_dir)!r}
+T = "lake.db.submitted"
+
+with DAG("submit_resume", schedule=None, start_date=pendulum.datetime(2024, 1, 1)):
+
+    @task
+    def create_table():
+        spark = spark_engine(OccflowSparkHook().session_config()).session()
+        spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.db")
+        spark.sql(f"DROP TABLE IF EXISTS {{T}} PURGE")
+        spark.sql(f"CREATE TABLE {{T}} (id BIGINT, ds STRING) USING iceberg PARTITIONED BY (ds)")
+
+    write = SparkSubmitWriteOperator(
+        task_id="append_day", table="db.submitted", table_format="iceberg", operation="insert_into",
+        partitions={{"ds": "2024-01-01"}}, job=f"INSERT INTO {{T}} VALUES (1, '2024-01-01'), (2, '2024-01-01')",
+        # The driver's JVM takes longer than this to start: the first try times out while polling.
+        execution_timeout=timedelta(seconds=8), retries=1, retry_delay=timedelta(seconds=1),
+        admission=False,
+    )
+
+    @task
+    def table_content():
+        spark = spark_engine(OccflowSparkHook().session_config()).session()
+        spark.sql(f"REFRESH TABLE {{T}}")
+        return sorted(r["id"] for r in spark.sql(f"SELECT id FROM {{T}}").collect())
+
+    create_table() >> write >> table_content()
+'''
+    )
+    task = run.task("append_day")
+    assert task.state == "success"
+    assert len(task.tries) == 2 and task.tries[0].state in ("up_for_retry", "failed")
+    # One driver: one outcome (and one state file) for the two tries.
+    outcomes = sorted(p.name for p in submit_dir.rglob("*.json") if not p.name.endswith(".job.json"))
+    assert len(outcomes) == 1, outcomes
+    assert run.task("table_content").xcom["return_value"] == [1, 2]
+    report = task.xcom["return_value"]
+    assert report["committed"] and report["snapshot_id"]
