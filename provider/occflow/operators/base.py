@@ -225,6 +225,8 @@ class OccflowWriteOperator(BaseOperator):
 
     def write(self, declaration: WriteDeclaration, lease: Any, context: Any) -> dict[str, Any]:
         policy = self.write_policy()
+        # Starting the engine (a JVM, a session) is not an attempt: no conflict can waste it.
+        self.prepare_engine(declaration, context)
         history = _load_history(context)
         self._metrics_since = (len(history.conflicts), len(history.decisions), history.wasted_seconds)
         try:
@@ -392,6 +394,9 @@ class OccflowWriteOperator(BaseOperator):
         }
 
     # ------------------------------------------------------------------ engine-specific
+
+    def prepare_engine(self, declaration: WriteDeclaration, context: Any) -> None:
+        """Start what every attempt shares (a Spark session); not timed as an attempt."""
 
     def run_attempt(self, declaration: WriteDeclaration, context: Any, attempt: int) -> WriteOutcome:
         """Run the job once from a fresh snapshot; return the engine's outcome."""

@@ -86,6 +86,9 @@ class SparkWriteOperator(OccflowWriteOperator):
             return dict(self.spark_config)
         return OccflowSparkHook(self.occflow_spark_conn_id).session_config()
 
+    def prepare_engine(self, declaration: WriteDeclaration, context: Any) -> None:
+        spark_engine(self.session_config()).session()
+
     def run_attempt(self, declaration: WriteDeclaration, context: Any, attempt: int) -> WriteOutcome:
         engine = spark_engine(self.session_config())
         self.engine_name = engine.engine_name
