@@ -45,7 +45,7 @@ outside the matrix (``extra_kinds``).
 Merge-on-read (``write.*.mode=merge-on-read``, ``SparkPositionDeltaWrite`` -> ``BaseRowDelta``) is
 not modelled: the footprint has no delete files. Its differences are in the cells' notes.
 
-Twenty cells were run on real Spark 3.5.9 + Iceberg 1.10.2 (``SPARK_CHECKED``); the rest is read
+Twenty-five cells were run on real Spark 3.5.9 + Iceberg 1.10.2 (``SPARK_CHECKED``); the rest is read
 from the source. Two jobs sharing one SparkSession (and so one cached catalog table) make a
 copy-on-write job fail before commit with ``IllegalStateException: Runtime file filtering is not
 possible: the table has been concurrently modified``: not a validation, and avoided by giving each
@@ -290,6 +290,11 @@ SPARK_CHECKED: frozenset[tuple[IsolationLevel, Op, Op]] = frozenset(
         (_N, Op.OPTIMIZE, Op.MERGE),
         (_N, Op.ALTER_METADATA, Op.MERGE),
         (_N, Op.TRUNCATE, Op.INSERT_OVERWRITE),
+        (_S, Op.INSERT_INTO, Op.ALTER_METADATA),
+        (_S, Op.TRUNCATE, Op.ALTER_METADATA),
+        (_S, Op.UPDATE, Op.ALTER_METADATA),
+        (_S, Op.OPTIMIZE, Op.ALTER_METADATA),
+        (_S, Op.ALTER_METADATA, Op.ALTER_METADATA),
     }
 )
 _NOTE_OVERWRITE = (
@@ -299,12 +304,15 @@ _NOTE_OVERWRITE = (
     "validateDeletedDataFiles / validateNoNewDeleteFiles (both) on its partitions."
 )
 _NOTE_TRUNCATE = (
-    "Holds while Spark plans the DELETE as metadata-only (OptimizeMetadataOnlyDeleteFromTable, "
+    UNSURE + "not run (a metadata-only delete cannot be held between plan and commit); read from "
+    "StreamingDelete, which has nothing to validate. Holds while Spark plans the DELETE as metadata-only (OptimizeMetadataOnlyDeleteFromTable, "
     "SparkTable.canDeleteWhere: whole partitions); a row-level DELETE is the 'delete' column."
 )
 _NOTE_REWRITE = (
-    UNSURE + "read from BaseRewriteFiles, not run (a rewrite cannot be held between plan and "
-    "commit from SQL); the action skips groups below min-input-files, so a tiny partition may "
+    UNSURE + "checked (all but delete/merge, which commit like update) with Iceberg 1.10.2's RewriteFiles "
+    "driven as RewriteDataFilesSparkAction drives it (validateFromSnapshot, rewriteFiles with the "
+    "starting sequence number) over py4j, not through the action, which SQL cannot hold between "
+    "plan and commit; the action skips groups below min-input-files, so a tiny partition may "
     "rewrite nothing and not fail. Spark rethrows it as RuntimeException 'Cannot commit rewrite "
     "because of a ValidationException ...' (classify by the cause). Merge-on-read: after an earlier MoR update/delete/merge the "
     "rewrite fails in validateNoNewDeletesForDataFiles ('found new position delete for replaced "
@@ -326,8 +334,11 @@ _NOTE_ALTER_EARLIER = (
     "written files (e.g. a dropped required column) is not modelled."
 )
 _NOTE_ALTER_LATER = (
-    UNSURE + "the ALTER loads the table when it runs; only a pointer race inside its commit is "
-    "possible, retried by the transaction (CommitFailedException, commit_failed, if exhausted)."
+    "SQL ALTER (ADD COLUMN, SET TBLPROPERTIES) builds and commits its change in milliseconds, "
+    "from refreshed metadata (checked from a session that had loaded the table before the earlier "
+    "commit). Not so for API callers: an UpdateSchema built on a table Transaction before a "
+    "concurrent commit is not replayed by BaseTransaction and fails with CommitFailedException "
+    "'Table metadata refresh is required' (commit_failed); UpdateProperties is replayed."
 )
 
 # (earlier job, later job, serializable, snapshot, note) -- the 64 pairs on one partition p.
