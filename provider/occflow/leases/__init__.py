@@ -5,7 +5,7 @@ See docs/admission.md. ``LeaseStore.from_url(url)`` on SQLite (embedded default)
 
 from __future__ import annotations
 
-from .config import default_url, make_engine, store_url, url_from_connection_uri
+from .config import default_url, make_engine, resolve_store_url, store_url, url_from_connection_uri
 from .model import (
     AdmissionPriorities,
     Holder,
@@ -36,6 +36,7 @@ __all__ = [
     "make_engine",
     "operations_conflict",
     "parse_partition_key",
+    "resolve_store_url",
     "store_url",
     "url_from_connection_uri",
 ]

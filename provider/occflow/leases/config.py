@@ -65,6 +65,30 @@ def store_url(url: str | None = None, env: Mapping[str, str] | None = None) -> s
     return default_url(env)
 
 
+def resolve_store_url(
+    url: str | None = None, conn_id: str | None = None, env: Mapping[str, str] | None = None
+) -> str:
+    """The store URL as the Airflow layer resolves it.
+
+    An explicit ``url``, else ``OCCFLOW_LEASE_STORE_URL``, else the Airflow connection
+    ``conn_id`` (or ``OCCFLOW_LEASE_STORE_CONN_ID``) read through Airflow's secrets backends
+    (so ``AIRFLOW_CONN_<ID>`` works), else the SQLite file in ``$AIRFLOW_HOME``.
+    """
+    env = os.environ if env is None else env
+    if url or env.get(URL_ENV):
+        return store_url(url, env)
+    conn_id = conn_id or env.get(CONN_ID_ENV)
+    if conn_id:
+        from airflow.models.connection import Connection
+
+        try:
+            uri = Connection.get_connection_from_secrets(conn_id).get_uri()
+        except Exception as exc:  # Airflow raises its own not-found type; name the id either way
+            raise LeaseStoreError(f"cannot read the lease store connection {conn_id!r}: {exc}") from exc
+        return url_from_connection_uri(uri)
+    return default_url(env)
+
+
 def make_engine(url: str) -> Engine:
     """An engine set up for lease decisions on SQLite (WAL, BEGIN IMMEDIATE) or PostgreSQL."""
     full = url_from_connection_uri(url)

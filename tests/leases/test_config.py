@@ -1,0 +1,96 @@
+"""Where the store lives: URLs, Airflow connection URIs, the embedded default, and bad input."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from occflow.core.errors import (
+    InvalidDeclarationError,
+    InvalidFootprintError,
+    UnknownOperationError,
+    UnknownProfileError,
+)
+from occflow.leases import (
+    LeaseRequest,
+    LeaseStore,
+    LeaseStoreError,
+    footprints_overlap,
+    resolve_store_url,
+    store_url,
+    url_from_connection_uri,
+)
+
+
+def test_connection_uris_map_to_sqlalchemy_urls():
+    assert url_from_connection_uri("postgres://u:p@db:5432/leases") == "postgresql+psycopg2://u:p@db:5432/leases"
+    assert url_from_connection_uri("postgresql://u@db/x") == "postgresql+psycopg2://u@db/x"
+    assert url_from_connection_uri("sqlite:////var/occflow.db") == "sqlite:////var/occflow.db"
+
+
+def test_store_url_prefers_explicit_then_environment_then_airflow_home():
+    env = {"AIRFLOW_HOME": "/opt/af"}
+    assert store_url(None, env) == "sqlite:////opt/af/occflow_leases.db"
+    env["OCCFLOW_LEASE_STORE_URL"] = "postgres://h/db"
+    assert store_url(None, env) == "postgresql+psycopg2://h/db"
+    assert store_url("sqlite:////x.db", env) == "sqlite:////x.db"
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("mysql://h/db", "unsupported lease store 'mysql'"),
+        ("leases.db", "is not a URL"),
+        ("sqlite://", "must be a file"),
+        ("sqlite:///:memory:", "must be a file"),
+    ],
+)
+def test_bad_store_urls_are_rejected_with_what_would_be_right(url, message):
+    with pytest.raises(LeaseStoreError, match=message):
+        LeaseStore.from_url(url)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"profile": "delta-magic"}, UnknownProfileError, "known profiles: maxcompute-standard"),
+        ({"operation": "upsert"}, UnknownOperationError, "unknown operation 'upsert'"),
+        ({"operation": "minor_compact"}, UnknownOperationError, "not in profile 'maxcompute-standard'"),
+        ({"partitions": []}, InvalidFootprintError, "empty footprint"),
+        ({"partitions": None}, InvalidFootprintError, "whole_table=True"),
+        ({"partitions": ["ds"]}, InvalidFootprintError, "malformed partition key 'ds'"),
+        ({"partitions": ["ds=1/"]}, InvalidFootprintError, "malformed partition key"),
+        ({"partitions": ["1ds=2"]}, InvalidFootprintError, "malformed partition key"),
+        ({"partitions": [{"ds": None}]}, InvalidFootprintError, "must be a scalar"),
+        ({"table": "db.t; drop table x"}, InvalidDeclarationError, "invalid table identifier"),
+        ({"ttl": 0}, InvalidDeclarationError, "ttl must be a positive number"),
+    ],
+)
+def test_bad_requests_are_rejected_naming_the_field(kwargs, error, message):
+    args = {"table": "db.t", "operation": "update", "profile": "maxcompute-standard", "partitions": ["ds=1"]}
+    args.update(kwargs)
+    with pytest.raises(error, match=message):
+        LeaseRequest.create(args.pop("table"), args.pop("operation"), args.pop("profile"), **args)
+
+
+def test_partition_keys_are_canonical_and_overlap_by_shared_columns():
+    r = LeaseRequest.create("db.t", "update", "maxcompute-standard", ["country=NL/ds=1", {"ds": 2}])
+    assert r.partitions == frozenset({"country=NL/ds=1", "ds=2"})
+    assert footprints_overlap(frozenset({"ds=1"}), frozenset({"country=NL/ds=1"}))
+    assert not footprints_overlap(frozenset({"ds=1"}), frozenset({"ds=2/country=NL"}))
+    assert footprints_overlap(None, frozenset({"ds=2"}))
+
+
+@pytest.mark.airflow
+def test_store_url_is_read_from_an_airflow_connection(tmp_path):
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+           "AIRFLOW_CONN_OCCFLOW_LEASES": "postgres://lease_user:secret@db.internal:5433/leases"}
+    env.pop("OCCFLOW_LEASE_STORE_URL", None)
+    code = "from occflow.leases import resolve_store_url; print(resolve_store_url(conn_id='occflow_leases'))"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "postgresql+psycopg2://lease_user:secret@db.internal:5433/leases"
+    assert resolve_store_url(None, None, {"AIRFLOW_HOME": "/af"}) == "sqlite:////af/occflow_leases.db"
