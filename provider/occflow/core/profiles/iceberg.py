@@ -99,20 +99,23 @@ COMMIT_API: dict[Op, CommitApi] = {
 APPEND, OVERWRITE, DELETE, REPLACE = "append", "overwrite", "delete", "replace"
 
 
+# The snapshot operation each commit path records (``SnapshotProducer.operation()``); a metadata
+# transaction writes no snapshot. OverwriteFiles decides by what it adds and removes.
+_SNAPSHOT_OPERATION: dict[CommitApi, str | None] = {
+    CommitApi.APPEND_FILES: APPEND,
+    CommitApi.REPLACE_PARTITIONS: OVERWRITE,
+    CommitApi.DELETE_FILES: DELETE,
+    CommitApi.REWRITE_FILES: REPLACE,
+    CommitApi.TABLE_METADATA: None,
+}
+
+
 def snapshot_operation(footprint: Footprint) -> str | None:
     """The operation of the snapshot a commit writes; ``None``: it writes no snapshot."""
     api = _api(footprint)
-    if api is CommitApi.TABLE_METADATA:
-        return None
-    if api is CommitApi.APPEND_FILES:
-        return APPEND
-    if api is CommitApi.REPLACE_PARTITIONS:
-        return OVERWRITE
-    if api is CommitApi.DELETE_FILES:
-        return DELETE
-    if api is CommitApi.REWRITE_FILES:
-        return REPLACE
-    # BaseOverwriteFiles.operation(): by what it adds and removes.
+    if api is not CommitApi.OVERWRITE_FILES:
+        return _SNAPSHOT_OPERATION[api]
+    # BaseOverwriteFiles.operation()
     if footprint.files_removed and not footprint.files_added:
         return DELETE
     if footprint.files_added and not footprint.files_removed:
