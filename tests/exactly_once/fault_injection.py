@@ -21,7 +21,7 @@ Counting rows per write afterwards tells duplicates (more than k rows) and lost 
 Run one try in a subprocess::
 
     python tests/exactly_once/fault_injection.py deltars PATH WRITE_NO TRY_NO FAULT
-    python tests/exactly_once/fault_injection.py iceberg SPARK_HOME TABLE WRITE_NO TRY_NO FAULT
+    python tests/exactly_once/fault_injection.py iceberg SPARK_CONFIG_JSON TABLE WRITE_NO TRY_NO FAULT
 """
 
 from __future__ import annotations
@@ -192,6 +192,18 @@ def iceberg_rows(spark: Any, table: str) -> list[int]:
     return [int(r[0]) for r in spark.sql(f"SELECT w FROM {table}").collect()]
 
 
+def session_config(spark: Any, catalog: str = "lake") -> dict[str, Any]:
+    """A ``SparkConfig`` dict for another driver on the same Iceberg catalog as ``spark``."""
+    conf = spark.sparkContext.getConf()
+    uri = conf.get(f"spark.sql.catalog.{catalog}.uri", None)
+    warehouse = conf.get(f"spark.sql.catalog.{catalog}.warehouse", None)
+    return {
+        "app_name": "occflow-fault-try",
+        "catalog": {"name": catalog, "uri": uri, "warehouse": warehouse},
+        "conf": {"spark.driver.memory": "1g"},
+    }
+
+
 def count(rows: list[int], writes: range) -> dict[str, Any]:
     """Duplicates (writes with more rows than they wrote) and lost writes (no rows at all)."""
     per_write = {n: rows.count(n) for n in writes}
@@ -209,10 +221,10 @@ def main(argv: list[str]) -> int:
         _, path, write_no, try_no, fault = argv
         result = deltars_try(path, int(write_no), int(try_no), None if fault == "none" else fault)
     elif argv[:1] == ["iceberg"] and len(argv) == 6:
-        _, home, table, write_no, try_no, fault = argv
+        _, config, table, write_no, try_no, fault = argv
         from occflow.engines.spark import SparkConfig, SparkEngine
 
-        engine = SparkEngine(SparkConfig(home=home, app_name="occflow-fault-try"))
+        engine = SparkEngine(SparkConfig.from_dict(json.loads(config)))
         engine.session().sparkContext.setLogLevel("ERROR")
         try:
             result = iceberg_try(engine, table, int(write_no), int(try_no), None if fault == "none" else fault)
