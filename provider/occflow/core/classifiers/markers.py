@@ -49,6 +49,9 @@ ICEBERG_EXC = "apache/iceberg api/src/main/java/org/apache/iceberg/exceptions/"
 PYICEBERG_EXC = "apache/iceberg-python pyiceberg/exceptions.py"
 ICEBERG_MSP = "apache/iceberg core/src/main/java/org/apache/iceberg/MergingSnapshotProducer.java"
 ICEBERG_MFM = "apache/iceberg core/src/main/java/org/apache/iceberg/ManifestFilterManager.java"
+ICEBERG_SPARK_COW_SCAN = (
+    "apache/iceberg spark/v3.5/spark/src/main/java/org/apache/iceberg/spark/source/SparkCopyOnWriteScan.java"
+)
 ODPS_0110061 = "MaxCompute error code doc ODPS-0110061 (alibabacloud.com/help/en/maxcompute/user-guide/odps-0110061)"
 ODPS_0121096 = "MaxCompute error code doc ODPS-0121096 (help.aliyun.com/en/maxcompute/user-guide/odps-0121096)"
 PYODPS_TUNNEL = "aliyun/aliyun-odps-python-sdk odps/tunnel/errors.py MetaTransactionFailed (retried by tabletunnel.py)"
@@ -216,6 +219,13 @@ _ICEBERG_TEMPLATES: tuple[tuple[ConflictKind, str, str], ...] = (
         ICEBERG_MSP,
     ),
     (K.VALIDATION_CONFLICT, r"Missing required files to delete: ", ICEBERG_MFM),
+    # A copy-on-write UPDATE/DELETE/MERGE whose scan snapshot went stale before Spark's runtime
+    # filter ran (two jobs in one session): a fresh snapshot in a new session succeeds.
+    (
+        K.VALIDATION_CONFLICT,
+        r"Runtime file filtering is not possible: the table has been concurrently modified\.",
+        ICEBERG_SPARK_COW_SCAN,
+    ),
     # The text CommitStateUnknownException puts after the cause, for logs that lost the class.
     (
         K.COMMIT_STATE_UNKNOWN,
