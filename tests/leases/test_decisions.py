@@ -84,6 +84,16 @@ def test_whole_table_lease_overlaps_every_partition_and_partial_specs_overlap(st
     assert admitted("db.u", "delete", ["ds=2"])
 
 
+def test_asking_again_with_a_granted_request_returns_the_same_lease(store):
+    request = req("db.t", "update", "maxcompute-standard", ["ds=1"])
+    first = store.try_acquire(request)
+    again = store.try_acquire(request)
+    assert again is not None and again.lease_id == first.lease_id
+    assert len(store.leases()) == 1
+    store.release(first)
+    assert store.try_acquire(request).lease_id != first.lease_id  # released: a new grant
+
+
 def test_release_is_idempotent_and_frees_the_footprint(store):
     lease = store.try_acquire(req("db.t", "update", "maxcompute-standard", ["ds=1"]))
     waiter = req("db.t", "delete", "maxcompute-standard", ["ds=1"])

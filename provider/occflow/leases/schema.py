@@ -41,6 +41,7 @@ leases = sa.Table(
     sa.Column("expires_at", sa.Double, nullable=False),
     sa.Column("ttl", sa.Double, nullable=False),
     sa.Index("ix_occflow_leases_table_expires", "table_name", "expires_at"),
+    sa.Index("ix_occflow_leases_request", "request_id"),
 )
 
 # One row per partition key of a lease ("*" for a whole-table lease), so a decision reads only

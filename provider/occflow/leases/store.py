@@ -291,6 +291,12 @@ class LeaseStore:
         profile = request.profile
         with self._locked(request.table) as (conn, now):
             self._reclaim(conn, request.table, now)
+            # Asking again with a granted request (a poll whose answer was lost) returns its lease.
+            held = conn.execute(
+                sa.select(L).where(L.c.request_id == request.request_id, L.c.expires_at > now)
+            ).first()
+            if held is not None:
+                return Admission(_lease_of(held))
             blockers: list[Blocker] = []
             for row in self._candidate_leases(conn, request, now):
                 keys = _load_keys(row.partitions)
