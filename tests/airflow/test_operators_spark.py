@@ -2,10 +2,10 @@
 
 The races are real and deterministic: the job's own Spark stage passes a gate (a Python UDF)
 that holds it after Spark planned the write on its snapshot; a second writer in another session
-of the same Spark application commits to the same partition; then the gate opens and the job
-commits on its stale base. Iceberg rejects it (the table is created with
-``commit.retry.num-retries = 0`` so Iceberg does not hide the race), occflow classifies the
-error, the policy retries from a fresh snapshot, and the table ends as the serial run would.
+of the same Spark application appends to the same partition; then the gate opens and the job
+commits. Iceberg's serializable check rejects the UPDATE and the MERGE (new files match their
+filter: ``ValidationException``), occflow classifies the error as ``validation_conflict``, the
+policy retries the job from a fresh snapshot, and the table ends as the serial run would.
 """
 
 from __future__ import annotations
@@ -60,12 +60,10 @@ def gated(spark, name, competitor_sql):
     spark.udf.register(f"gate_{{name}}", hold, LongType())
 
 
-def overwrite_day(spark, job):
-    gated(spark, "overwrite", f"INSERT INTO {{T}} VALUES (999, '{{job.params['ds']}}', 0)")
-    spark.sql(
-        f"INSERT OVERWRITE {{T}} PARTITION (ds = '{{job.params['ds']}}') "
-        "SELECT gate_overwrite(id), id * 10 AS amount FROM range(0, 100, 1, 1)"
-    )
+def update_day(spark, job):
+    ds = job.params["ds"]
+    gated(spark, "update", f"INSERT INTO {{T}} VALUES (999, '{{ds}}', 0)")
+    spark.sql(f"UPDATE {{T}} SET amount = amount + 1 WHERE ds = '{{ds}}' AND gate_update(id) = id")
 
 
 def upsert_day(spark, job):
@@ -90,10 +88,11 @@ with DAG("iceberg_race", schedule=None, start_date=pendulum.datetime(2024, 1, 1)
             "TBLPROPERTIES ('commit.retry.num-retries' = '0', 'write.merge.isolation-level' = 'serializable')"
         )
         spark.sql(f"INSERT INTO {{T}} VALUES (1, '2024-01-02', 1)")
+        spark.sql(f"INSERT INTO {{T}} SELECT id, '2024-01-01', id * 10 FROM range(0, 100, 1, 1)")
 
-    overwrite = SparkWriteOperator(
-        task_id="overwrite_day", table="db.race_events", table_format="iceberg",
-        operation="insert_overwrite", partitions={{"ds": "2024-01-01"}}, job=overwrite_day,
+    update = SparkWriteOperator(
+        task_id="update_day", table="db.race_events", table_format="iceberg",
+        operation="update", partitions={{"ds": "2024-01-01"}}, job=update_day,
     )
     upsert = SparkWriteOperator(
         task_id="upsert_day", table="db.race_events", table_format="iceberg",
@@ -116,7 +115,7 @@ with DAG("iceberg_race", schedule=None, start_date=pendulum.datetime(2024, 1, 1)
         upstream_task_id="upsert_day", poll_interval=0.5,
     )
 
-    create_table() >> overwrite >> upsert >> merged >> table_content()
+    create_table() >> update >> upsert >> merged >> table_content()
 '''
 
 
@@ -124,17 +123,15 @@ def test_iceberg_writers_that_lose_a_real_race_are_retried_to_the_serial_result(
     run = run_dag(RACE_DAG.format(gate=str(tmp_path)))
     assert run.state == "success", {k: v.state for k, v in run.tasks.items()}
 
-    overwrite = run.task("overwrite_day").xcom["return_value"]
-    assert overwrite["attempts"] == 2
-    assert [c["kind"] for c in overwrite["conflicts"]] == ["commit_failed"]
-    assert [d["action"] for d in overwrite["decisions"]] == ["retry"]
-    assert overwrite["wasted_seconds"] > 0 and overwrite["snapshot_id"]
+    update = run.task("update_day").xcom["return_value"]
+    assert update["attempts"] == 2
+    assert [c["kind"] for c in update["conflicts"]] == ["validation_conflict"]
+    assert [d["action"] for d in update["decisions"]] == ["retry"]
+    assert update["wasted_seconds"] > 0 and update["snapshot_id"]
 
     upsert = run.task("upsert_day").xcom["return_value"]
     assert upsert["attempts"] == 2
-    # Either the pointer race or the serializable check catches it first; both are conflicts
-    # that a re-planned MERGE may retry.
-    assert upsert["conflicts"][0]["kind"] in ("validation_conflict", "commit_failed")
+    assert [c["kind"] for c in upsert["conflicts"]] == ["validation_conflict"]
     assert [d["action"] for d in upsert["decisions"]] == ["retry"]
 
     found = run.task("wait_for_merge").xcom["return_value"]
@@ -142,12 +139,13 @@ def test_iceberg_writers_that_lose_a_real_race_are_retried_to_the_serial_result(
     assert found["operation"] == "overwrite"  # a copy-on-write MERGE commits an overwrite snapshot
 
     content = run.task("table_content").xcom["return_value"]
-    # Serial result: the competitor's row 999 is replaced by the overwrite of 2024-01-01; the
+    # Serial result: the competitor's row 999 is updated with the rest of 2024-01-01; the
     # competitor's 5000 is then updated by the MERGE and 5001 inserted, once each.
     expected = sorted(
-        [[i, "2024-01-01", i * 10] for i in range(100)]
+        [[i, "2024-01-01", i * 10 + 1] for i in range(100)]
+        + [[999, "2024-01-01", 1]]
         + [[1, "2024-01-02", 1], [5000, "2024-01-02", 7], [5001, "2024-01-02", 7]]
     )
     assert content["rows"] == expected
-    # Both competitors really committed (two appends besides the seed insert).
-    assert content["operations"].count("append") == 3
+    # Both competitors really committed (two appends besides the two seed inserts).
+    assert content["operations"].count("append") == 4
