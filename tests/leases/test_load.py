@@ -20,9 +20,10 @@ from occflow.leases.workload import LoadShape, run_worker
 TABLES = (("db.orders", "maxcompute-standard"), ("db.events", "maxcompute-transactional"), ("db.clicks", "maxcompute-standard"))
 
 
-def run_load(url: str, workers: int, cycles: int, tables=TABLES, partitions=("ds=1", "ds=2", "ds=3", "ds=4")) -> None:
+def run_load(url: str, workers: int, cycles: int, tables=TABLES, partitions=("ds=1", "ds=2", "ds=3", "ds=4"),
+             poll_max: float = 0.05) -> None:
     store = LeaseStore.from_url(url, history=True)  # creates the schema once, before the workers
-    shape = LoadShape(tables=tables, partitions=partitions, cycles=cycles)
+    shape = LoadShape(tables=tables, partitions=partitions, cycles=cycles, poll_max=poll_max)
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         reports = list(pool.map(run_worker, [url] * workers, range(workers), [shape] * workers,
                                 range(1000, 1000 + workers)))
@@ -66,4 +67,4 @@ def test_thirty_two_processes_500_cycles_never_hold_conflicting_leases_together(
     # More tables and partitions than the 8-process run, so 32 workers overlap about as often.
     tables = [(f"db.t{i}", "maxcompute-standard" if i % 2 else "maxcompute-transactional") for i in range(6)]
     run_load(store_url, workers=32, cycles=500, tables=tables,
-             partitions=tuple(f"ds={d}" for d in range(1, 7)))
+             partitions=tuple(f"ds={d}" for d in range(1, 7)), poll_max=0.2)
