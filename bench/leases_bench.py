@@ -146,6 +146,9 @@ def main() -> int:
             else:
                 raise SystemExit(f"unknown backend {backend!r}: use sqlite or postgresql")
             store = LeaseStore.from_url(url)
+            if backend == "postgresql":
+                with store.engine.connect() as conn:
+                    report["machine"]["postgresql"] = conn.exec_driver_sql("SHOW server_version").scalar()  # type: ignore[index]
             print(f"{backend}: filling {args.leases} live leases ...", flush=True)
             filled = fill(store, args.leases)
             assert len(store.leases()) == args.leases
