@@ -171,7 +171,8 @@ class SparkConfig:
 class TableFormat(Protocol):
     """What a table format adds to a session and how it finds the commit a job made."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def spark_conf(self) -> dict[str, str]: ...
 
@@ -552,6 +553,7 @@ class SparkEngine:
                 return self._spark
             builder = SparkSession.builder.master(self.config.master)
             conf = self.config.spark_conf()
+            _check_running_context(conf)
             for key, value in conf.items():
                 builder = builder.config(key, value)
             spark = builder.getOrCreate()
@@ -640,6 +642,26 @@ class SparkEngine:
                 "(insert_into, insert_overwrite, update, delete, merge, ...)"
             )
         return found
+
+
+def _check_running_context(conf: Mapping[str, str]) -> None:
+    """A context already running in this process must have our jars and catalogs, or the job
+    would silently write through another catalog (a catalog is fixed when first used)."""
+    from pyspark import SparkContext
+
+    running = SparkContext._active_spark_context
+    if running is None:
+        return
+    have = running.getConf()
+    for key, want in conf.items():
+        if key in _STATIC_KEYS or key.startswith("spark.sql.catalog."):
+            got = have.get(key, None)
+            if got is not None and got != want:
+                raise SparkConfigError(
+                    f"a Spark session with other settings already runs in this process: {key} is "
+                    f"{got!r} but this config needs {want!r}; use the same config (home, catalog), "
+                    "stop that session first, or run the job through spark-submit (occflow.engines.submit)"
+                )
 
 
 def _stopped(spark: Any) -> bool:
