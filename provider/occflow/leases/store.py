@@ -196,8 +196,17 @@ class LeaseStore:
         """A transaction holding ``table``'s decision lock, and the store clock's now."""
         with self.engine.begin() as conn:
             if self.dialect == "postgresql":
-                conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_lock_key(table))))
-                now = float(conn.execute(sa.text("SELECT extract(epoch FROM clock_timestamp())")).scalar_one())
+                # One round trip: the clock is read after the lock is granted (the subquery
+                # that takes it is evaluated first), so times are in decision order per table.
+                now = float(
+                    conn.execute(
+                        sa.text(
+                            "SELECT extract(epoch FROM clock_timestamp()) "
+                            "FROM (SELECT pg_advisory_xact_lock(:key)) AS locked"
+                        ),
+                        {"key": _lock_key(table)},
+                    ).scalar_one()
+                )
             else:
                 # BEGIN IMMEDIATE was issued by the engine (config.make_engine): we are the writer.
                 now = float(
@@ -260,16 +269,14 @@ class LeaseStore:
         return len(expired)
 
     def _candidate_leases(self, conn: Connection, request: LeaseRequest, now: float) -> Sequence[Any]:
-        """Live leases on the table that can overlap the request's footprint.
+        """Leases on the table (live or lapsed) that can overlap the request's footprint.
 
         Two plain index lookups (key rows, then leases by id) rather than one join: the plan
         stays an index scan whatever the planner's statistics say about a freshly filled table.
         """
         L, K = schema.leases, schema.lease_keys
         if request.partitions is None:
-            return conn.execute(
-                sa.select(L).where(L.c.table_name == request.table, L.c.expires_at > now)
-            ).all()
+            return conn.execute(sa.select(L).where(L.c.table_name == request.table)).all()
         sigs = sorted({_columns_of(k) for k in request.partitions})
         on_table = K.c.table_name == request.table
         # The same keys; whole-table leases ("*") and keys over other column sets may overlap too.
@@ -283,30 +290,35 @@ class LeaseStore:
         ids = sorted(set(conn.execute(sa.union_all(*lookups)).scalars()))
         if not ids:
             return []
-        return conn.execute(sa.select(L).where(L.c.lease_id.in_(ids), L.c.expires_at > now)).all()
+        return conn.execute(sa.select(L).where(L.c.lease_id.in_(ids))).all()
 
     def decide(self, request: LeaseRequest) -> Admission:
         """Admit ``request`` or give it (or keep) its place in the queue, atomically."""
         L, K, Q = schema.leases, schema.lease_keys, schema.queue
         profile = request.profile
         with self._locked(request.table) as (conn, now):
-            self._reclaim(conn, request.table, now)
-            # Asking again with a granted request (a poll whose answer was lost) returns its lease.
-            held = conn.execute(
-                sa.select(L).where(L.c.request_id == request.request_id, L.c.expires_at > now)
-            ).first()
+            candidates = self._candidate_leases(conn, request, now)
+            # Every place in this table's queue, ours included.
+            queued = conn.execute(sa.select(Q).where(Q.c.table_name == request.table)).all()
+            # Lapsed leases and queue places are dead holders and waiters: reclaim them when a
+            # decision meets them (``reclaim_expired`` sweeps the rest).
+            if any(r.expires_at <= now for r in candidates) or any(r.expires_at <= now for r in queued):
+                self._reclaim(conn, request.table, now)
+            live = [r for r in candidates if r.expires_at > now]
+            waiting = [r for r in queued if r.expires_at > now]
+            # Asking again with a granted request (a poll whose answer was lost) returns its lease;
+            # it overlaps its own footprint, so it is among the candidates.
+            held = next((r for r in live if r.request_id == request.request_id), None)
             if held is not None:
                 return Admission(_lease_of(held))
             blockers: list[Blocker] = []
-            for row in self._candidate_leases(conn, request, now):
+            for row in live:
                 keys = _load_keys(row.partitions)
                 if footprints_overlap(keys, request.partitions) and operations_conflict(
                     get_profile(row.profile), Operation(row.operation), profile, request.operation
                 ):
                     blockers.append(Blocker("lease", row.lease_id, row.operation, keys, _holder_of(row)))
 
-            # Every place in this table's queue (expired ones were just reclaimed), ours included.
-            waiting = conn.execute(sa.select(Q).where(Q.c.table_name == request.table)).all()
             own = next((row for row in waiting if row.request_id == request.request_id), None)
             if own is not None:
                 place = (own.queue_key, own.enqueued_at, own.request_id)
@@ -411,11 +423,14 @@ class LeaseStore:
             return False
         L, K = schema.leases, schema.lease_keys
         with self._locked(table) as (conn, now):
-            row = conn.execute(sa.select(L).where(L.c.lease_id == lease_id)).first()
+            row = conn.execute(
+                L.delete()
+                .where(L.c.lease_id == lease_id)
+                .returning(L.c.request_id, L.c.operation, L.c.profile, L.c.partitions, L.c.pid)
+            ).first()
             if row is None:
                 return False
             conn.execute(K.delete().where(K.c.lease_id == lease_id))
-            conn.execute(L.delete().where(L.c.lease_id == lease_id))
             self._event(conn, now, "release", table, row.operation, row.profile, row.partitions,
                         lease_id=lease_id, request_id=row.request_id, pid=row.pid)
         return True
