@@ -117,8 +117,23 @@ def run_try(
     fault: str | None,
     profile: str,
     max_attempts: int = 4,
+    blind: bool = False,
 ) -> TryResult:
-    """One try of the task: guarded attempts while the real write policy says retry."""
+    """One try of the task: guarded attempts while the real write policy says retry.
+
+    ``blind=True`` is the control: no tag, no verification, every failure retried, as a plain
+    retry loop would (it duplicates writes; the bench shows how often).
+    """
+    if blind:
+        for number in range(1, max_attempts + 1):
+            job = with_fault(attempt, fault) if (try_number == 1 and number == 1) else attempt
+            try:
+                outcome = job()
+            except (InjectedCommitStateUnknown, InjectedTimeout):
+                continue
+            if outcome.committed:
+                return TryResult(True, number, False, outcome.version, outcome.snapshot_id, "blind")
+        return TryResult(False, max_attempts, reason="attempts exhausted")
     guard = ExactlyOnce(ledger, tag)
     policy = derive_policy(profile, tag.operation)
     for number in range(1, max_attempts + 1):
@@ -153,10 +168,10 @@ def deltars_attempt(path: str, write_no: int) -> tuple[CommitLedger, Callable[[]
     return DeltaRsLedger(table), lambda: table.append(data)
 
 
-def deltars_try(path: str, write_no: int, try_number: int, fault: str | None) -> TryResult:
+def deltars_try(path: str, write_no: int, try_number: int, fault: str | None, blind: bool = False) -> TryResult:
     ledger, attempt = deltars_attempt(path, write_no)
     return run_try(ledger, tag_of(write_no), attempt, try_number=try_number, fault=fault,
-                   profile="delta-write-serializable")
+                   profile="delta-write-serializable", blind=blind)
 
 
 def deltars_rows(path: str) -> list[int]:

@@ -177,3 +177,15 @@ def test_five_faults_in_a_row_leave_no_duplicate_and_no_lost_write(table_path: s
     counted = count(deltars_rows(table_path), range(1, len(faults) + 1))
     assert counted["duplicated_writes"] == [] and counted["lost_writes"] == [], counted
     assert counted["partial_writes"] == [] and counted["rows"] == len(faults) * ROWS_PER_WRITE
+
+
+def test_only_the_tasks_own_commits_are_tagged_not_another_writer_during_the_attempt(table_path: str) -> None:
+    tag = tag_of(7)
+    own = {"occflow.task-id-of-operator": "append"}
+    table = DeltaRsTable(table_path)
+    with DeltaRsLedger(table, only_if=own).tagging(tag):
+        table.append(pa.table({"id": [1], "w": [0]}))  # someone else's write: not this task's commit
+        assert table.app_version(tag.app_id) is None
+        table.append(pa.table({"id": [2], "w": [7]}), commit=CommitOptions(metadata=own))
+    found = DeltaRsLedger(table).find_commit(tag)
+    assert found is not None and found.version == 2

@@ -174,7 +174,9 @@ class CommitOptions:
 
         ambient = _AMBIENT_COMMIT.get()
         if ambient is not None and self.app_id is None:  # ambient options always name one
-            return ambient.merged_over(self).properties(commit_id)
+            options, only_if = ambient
+            if all(self.metadata.get(k) == v for k, v in only_if.items()):
+                return options.merged_over(self).properties(commit_id)
         metadata = {**self.metadata, _COMMIT_ID_KEY: commit_id}
         txns = None
         if self.app_id is not None and self.app_version is not None:
@@ -195,17 +197,21 @@ class CommitOptions:
 
 # Commit options every delta-rs commit made inside ``ambient_commit`` carries: how an operator
 # puts its exactly-once tag on commits made by jobs it does not build (occflow.engines.tags).
-_AMBIENT_COMMIT: contextvars.ContextVar[CommitOptions | None] = contextvars.ContextVar(
+_AMBIENT_COMMIT: contextvars.ContextVar[tuple[CommitOptions, Mapping[str, str]] | None] = contextvars.ContextVar(
     "occflow_ambient_commit", default=None
 )
 
 
 @contextlib.contextmanager
-def ambient_commit(options: CommitOptions) -> Iterator[None]:
-    """Inside, every commit whose own options name no app transaction gets ``options`` merged in."""
+def ambient_commit(options: CommitOptions, only_if: Mapping[str, str] | None = None) -> Iterator[None]:
+    """Inside, every commit whose own options name no app transaction gets ``options`` merged in.
+
+    ``only_if``: only commits whose metadata holds all these entries (e.g. the operator's own
+    commit, which names its task), so another writer called during the attempt stays untagged.
+    """
     if options.app_id is None:
         raise InvalidDeclarationError("ambient commit options must name an app transaction (app_id, app_version)")
-    token = _AMBIENT_COMMIT.set(options)
+    token = _AMBIENT_COMMIT.set((options, dict(only_if or {})))
     try:
         yield
     finally:

@@ -211,6 +211,8 @@ class DeltaRsLedger:
 
     delta: Any  # DeltaRsTable
     engine: str = "delta-rs"
+    #: Tag only commits whose metadata holds these entries (``deltars.ambient_commit``).
+    only_if: Mapping[str, str] | None = None
 
     @property
     def table(self) -> str:
@@ -236,7 +238,7 @@ class DeltaRsLedger:
     def tagging(self, tag: CommitTag) -> Iterator[None]:
         from .deltars import ambient_commit
 
-        with ambient_commit(tag.deltars_commit()):
+        with ambient_commit(tag.deltars_commit(), self.only_if):
             yield
 
 
@@ -400,17 +402,19 @@ def stale_overwrite_action(operator: Any) -> str:
     return str(action)
 
 
-def ledger_for(operator: Any, table: str) -> CommitLedger | None:
+def ledger_for(operator: Any, table: str, only_if: Mapping[str, str] | None = None) -> CommitLedger | None:
     """The ledger of the table an occflow operator writes; ``None`` if its engine has none."""
     own = getattr(operator, "commit_ledger", None)
     if callable(own):
         ledger: CommitLedger | None = own(table)
         return ledger
     kind = type(operator).__name__
-    if kind == "DeltaWriteOperator" or hasattr(operator, "storage_options") and hasattr(operator, "path"):
+    if kind == "DeltaWriteOperator" or (hasattr(operator, "storage_options") and hasattr(operator, "path")):
         from .deltars import DeltaRsTable
 
-        return DeltaRsLedger(DeltaRsTable(operator.path, operator.storage_options or None))
+        # Only the operator's own commits (its commit metadata names the task instance): a
+        # data callable that writes the same table during the attempt is another writer.
+        return DeltaRsLedger(DeltaRsTable(operator.path, operator.storage_options or None), only_if=only_if)
     if hasattr(operator, "session_config") and not hasattr(operator, "submit_job"):
         from ..operators.spark import spark_engine
 
@@ -435,7 +439,9 @@ def exactly_once_for(operator: Any, declaration: Any, context: Any) -> ExactlyOn
     tag = from_context(context, declaration.operation, partitions)
     if tag is None:
         return None
-    ledger = ledger_for(operator, declaration.table)
+    # The keys DeltaWriteOperator's commit_metadata writes: they pick out the operator's commits.
+    own_commit = {"occflow.dag_id": tag.dag_id, "occflow.task_id": tag.task_id, "occflow.run_id": tag.run_id}
+    ledger = ledger_for(operator, declaration.table, own_commit)
     if ledger is None:
         return None
     return ExactlyOnce(ledger, tag, stale_overwrite_action(operator))

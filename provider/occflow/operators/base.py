@@ -35,6 +35,7 @@ from ..core.errors import InvalidDeclarationError, conflict_error
 from ..core.kinds import Classification, ConflictKind
 from ..core.policy import Action, Decision, WritePolicy, derive_policy, overrides_to_dict
 from ..engines.outcome import WriteOutcome
+from ..engines.verify import StaleOverwriteError, exactly_once_for, try_number
 from . import admission
 
 # task_state_store keys: what earlier tries of this task instance (reschedules) already spent.
@@ -249,12 +250,23 @@ class OccflowWriteOperator(BaseOperator):
     ) -> WriteOutcome:
         """Attempts under tenacity, each from a fresh snapshot, while the policy says RETRY."""
         decisions: dict[int, Decision] = {}
+        # Exactly once (docs/exactly-once.md): commits carry the write's tag; a retry, and every
+        # attempt of a later try, first looks for it in the table and succeeds if it is there.
+        guard = exactly_once_for(self, declaration, context)
+        later_try = try_number(context) > 1
 
         def attempt_once() -> WriteOutcome:
             history.attempts += 1
             started = time.monotonic()
+            attempt = history.attempts
             try:
-                outcome = self.run_attempt(declaration, context, history.attempts)
+                if guard is None:
+                    outcome = self.run_attempt(declaration, context, attempt)
+                else:
+                    outcome = guard.run(lambda: self.run_attempt(declaration, context, attempt),
+                                        verify_first=later_try or attempt > 1)
+            except StaleOverwriteError as stale:
+                raise (AirflowSkipException if stale.action == "skip" else AirflowFailException)(str(stale)) from stale
             except (AirflowFailException, AirflowSkipException, AirflowTaskTimeout, InvalidDeclarationError):
                 raise
             except Exception as exc:
@@ -300,12 +312,8 @@ class OccflowWriteOperator(BaseOperator):
         try:
             return retrying(attempt_once)
         except WriteLost as lost:
-            decision = next(
-                (d for n, d in sorted(decisions.items(), reverse=True)), None
-            ) if decisions else None
-            if decision is None:  # pragma: no cover - tenacity always asks should_retry first
-                raise
-            self.act_on(declaration, decision, lost, history, context)
+            # tenacity asked should_retry about this attempt: its decision is the last one.
+            self.act_on(declaration, decisions[max(decisions)], lost, history, context)
             raise  # unreachable: act_on always raises
 
     def act_on(
