@@ -94,3 +94,21 @@ def test_store_url_is_read_from_an_airflow_connection(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "postgresql+psycopg2://lease_user:secret@db.internal:5433/leases"
     assert resolve_store_url(None, None, {"AIRFLOW_HOME": "/af"}) == "sqlite:////af/occflow_leases.db"
+
+
+def test_a_request_survives_serialization_with_its_queue_place(sqlite_url):
+    import json
+
+    store = LeaseStore.from_url(sqlite_url)
+    holder = store.try_acquire(LeaseRequest.create("db.t", "insert_into", "maxcompute-standard", ["ds=1"]))
+    waiting = LeaseRequest.create("db.t", "update", "maxcompute-standard", ["ds=1"])
+    assert store.try_acquire(waiting) is None
+    again = LeaseRequest.from_dict(json.loads(json.dumps(waiting.to_dict())))
+    assert again == waiting
+    # The deserialized request keeps the queue place: a later insert still waits behind it.
+    assert [b.kind for b in store.decide(LeaseRequest.create("db.t", "insert_into", "maxcompute-standard",
+                                                            ["ds=1"])).blockers] == ["waiting"]
+    store.release(holder)
+    assert store.try_acquire(again) is not None
+    with pytest.raises(InvalidDeclarationError, match="not a serialized lease request"):
+        LeaseRequest.from_dict({"table": "db.t"})

@@ -214,6 +214,31 @@ class LeaseRequest:
         where = "whole table" if self.partitions is None else ", ".join(sorted(self.partitions))
         return f"{self.operation.value} on {self.table} [{where}] ({self.profile.name})"
 
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (JSON-safe), e.g. for a deferred task's trigger to poll with the same place."""
+        return {
+            "table": self.table,
+            "profile": self.profile.name,
+            "operation": self.operation.value,
+            "partitions": None if self.partitions is None else sorted(self.partitions),
+            "holder": dict(vars(self.holder)),
+            "ttl": self.ttl,
+            "queue_ttl": self.queue_ttl,
+            "request_id": self.request_id,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LeaseRequest:
+        """The request ``to_dict`` wrote, validated again."""
+        try:
+            return cls.create(
+                data["table"], data["operation"], data["profile"], data["partitions"],
+                whole_table=data["partitions"] is None, holder=Holder(**data["holder"]),
+                ttl=data["ttl"], queue_ttl=data["queue_ttl"], request_id=data["request_id"],
+            )
+        except (KeyError, TypeError) as exc:
+            raise InvalidDeclarationError(f"not a serialized lease request ({exc}): {dict(data)!r}") from None
+
 
 @dataclass(frozen=True)
 class Lease:
