@@ -3,7 +3,7 @@
     python tests/exactly_once/airflow_dag_run.py AIRFLOW_HOME DAG_FILE [DAG_FILE ...]
 
 It reuses tests/airflow/conftest.py's environment, parsing and result collection, in a process of
-its own, so its Airflow home never meets another test's. Prints one JSON object per DAG file:
+its own, so its Airflow home never meets another test's. Prints one line ``OCCFLOW-RESULT <json>`` with, per DAG:
 the run's state and per task its state, tries and XCom return value.
 """
 
@@ -49,7 +49,7 @@ def main(home: str, dag_files: list[str]) -> int:
                 for (task_id, _), t in result.tasks.items()
             },
         }
-    print(json.dumps(out, default=str))
+    print("OCCFLOW-RESULT " + json.dumps(out, default=str), flush=True)
     return 0
 
 

@@ -1,5 +1,5 @@
-"""The operators' write flow with real Airflow: a try whose commit landed is not written again,
-and a stale overwrite is reported instead of applied.
+"""The operators' write flow with real Airflow: a try whose commit landed is not written again
+(delta-rs and Spark + Iceberg), and a stale overwrite is reported instead of applied.
 
 Each DAG runs with ``dag.test()`` in a subprocess of its own (``airflow_dag_run.py``) that uses
 tests/airflow's Airflow environment, with its own Airflow home.
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.airflow
+pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 RUNNER = Path(__file__).with_name("airflow_dag_run.py")
 
 
@@ -30,7 +30,8 @@ def _run(tmp: Path, sources: dict[str, str]) -> dict[str, Any]:
     done = subprocess.run([sys.executable, str(RUNNER), str(home), *map(str, files)],
                           capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stderr[-4000:]
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    line = next(x for x in done.stdout.splitlines() if x.startswith("OCCFLOW-RESULT "))
+    result: dict[str, Any] = json.loads(line[len("OCCFLOW-RESULT "):])
     return result
 
 
@@ -101,6 +102,48 @@ def _stale_overwrite(path: str) -> str:
     '''
 
 
+def _spark_iceberg(home: str, mark: str) -> str:
+    return f'''
+        from datetime import timedelta
+        from pathlib import Path
+        from airflow.sdk import DAG
+        from airflow.providers.standard.operators.python import PythonOperator
+        from occflow.operators.spark import SparkWriteOperator, spark_engine
+
+        CONFIG = {{"home": {home!r}, "app_name": "occflow-eo-operator"}}
+        MARK = Path({mark!r})
+
+        def create():
+            spark = spark_engine(CONFIG).session()
+            spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.db")
+            spark.sql("CREATE TABLE lake.db.events (id BIGINT, ds STRING) USING iceberg PARTITIONED BY (ds)")
+
+        def insert_then_time_out(spark, job):
+            spark.sql("INSERT INTO lake.db.events VALUES (1, 'a'), (2, 'a')")
+            if not MARK.exists():
+                MARK.write_text("first try")
+                raise TimeoutError("injected: the job timed out after its commit landed")
+
+        def inspect():
+            spark = spark_engine(CONFIG).session()
+            rows = [[r[0], r[1]] for r in spark.sql("SELECT id, ds FROM lake.db.events ORDER BY id").collect()]
+            tags = [r[0] for r in spark.sql(
+                "SELECT summary['occflow.task-id'] FROM lake.db.events.snapshots").collect()]
+            return {{"rows": rows, "snapshot_tags": tags}}
+
+        with DAG("eo_spark_iceberg", schedule=None):
+            setup = PythonOperator(task_id="create", python_callable=create)
+            write = SparkWriteOperator(
+                task_id="insert", table="lake.db.events", operation="insert_into", table_format="iceberg",
+                partitions={{"ds": "a"}},
+                job=insert_then_time_out, spark_config=CONFIG, retries=2, retry_delay=timedelta(seconds=1),
+                admission=False,
+            )
+            check = PythonOperator(task_id="inspect", python_callable=inspect)
+            setup >> write >> check
+    '''
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
     """Both DAGs in one Airflow process (one ``airflow db migrate``): results and table root."""
@@ -108,6 +151,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path
     sources = {
         "eo_committed_then_failed": _committed_then_failed(str(tmp / "events")),
         "eo_stale_overwrite": _stale_overwrite(str(tmp / "snapshot")),
+        "eo_spark_iceberg": _spark_iceberg(str(tmp / "spark"), str(tmp / "first-try")),
     }
     return _run(tmp, sources), tmp
 
@@ -140,3 +184,19 @@ def test_an_overwrite_older_than_the_partitions_last_overwrite_is_reported_not_a
     task = result["tasks"]["backfill"]
     assert task["state"] == "failed" and task["tries"] == 1, result  # reported, not retried
     assert _rows(path) == [{"id": 99, "ds": "a"}]  # the newer overwrite survives
+
+
+def test_a_spark_iceberg_try_that_committed_but_failed_is_found_by_the_next_try(
+    runs: tuple[dict[str, Any], Path],
+) -> None:
+    results, _ = runs
+    result = results["eo_spark_iceberg"]
+    task = result["tasks"]["insert"]
+    assert result["state"] == "success", result
+    assert task["tries"] == 2
+    report = task["xcom"]
+    assert report["committed"] and report["snapshot_id"] is not None
+    assert report["tag"]["exactly_once"] == "already committed by an earlier attempt"
+    seen = result["tasks"]["inspect"]["xcom"]
+    assert [tuple(r) for r in seen["rows"]] == [(1, "a"), (2, "a")]  # written once
+    assert seen["snapshot_tags"] == ["insert"]  # one snapshot, tagged with the task
