@@ -155,8 +155,8 @@ N_NOT_BLIND = (
 N_ALTER_AFTER_REWRITE = "differs from the docs: ALTER has no read predicate and so counts every file as read"
 N_OPT_OPT = (
     "differs from the docs, and loses data integrity: both compactions commit and the partition's rows "
-    "appear twice (delta-rs does not check dataChange=false removes against each other). Effect APPLIED: "
-    "the later rewrite is applied on top of the earlier one; the model has no effect for duplicated rows"
+    "appear twice (delta-rs does not check dataChange=false removes against each other), so admission "
+    "never lets two compactions of one partition run together (Profile.conflicts)"
 )
 N_AFTER_OPTIMIZE_APPEND = "OPTIMIZE's removes carry dataChange=false and are not checked"
 N_APPEND_FIRST = "the earlier commit's new file lands in the partition the later job read; that check runs first"
@@ -233,7 +233,7 @@ DELTA_RS_MATRIX: tuple[tuple[Operation, Operation, Outcome, str, str], ...] = (
     (Op.OPTIMIZE, Op.UPDATE, APPEND, S_ADDED, N_APPEND_FIRST),
     (Op.OPTIMIZE, Op.DELETE, APPEND, S_ADDED, N_APPEND_FIRST),
     (Op.OPTIMIZE, Op.MERGE, APPEND, S_ADDED, N_APPEND_FIRST),
-    (Op.OPTIMIZE, Op.OPTIMIZE, OK_APPLIED, S_DC_FALSE, N_OPT_OPT),
+    (Op.OPTIMIZE, Op.OPTIMIZE, (None, Effect.DUPLICATES_ROWS), S_DC_FALSE, N_OPT_OPT),
     (Op.OPTIMIZE, Op.ALTER_METADATA, OK_APPLIED, S_DC_FALSE, N_AFTER_OPTIMIZE_APPEND),
     # earlier: ALTER TABLE (set properties: a Metadata action)
     (Op.ALTER_METADATA, Op.INSERT_INTO, META, S_META, ""),

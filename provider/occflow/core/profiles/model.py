@@ -20,6 +20,13 @@ class Effect(str, enum.Enum):
     APPLIED = "applied"  # both succeed; the later change applies on top of the earlier result
     COMPACTION_COMPLETES = "compaction_completes"  # both succeed; the later compaction completes
     LATER_FAILS = "later_fails"  # the earlier result stands; the later job fails, writes nothing
+    # both commit and the data is wrong (delta-rs: two compactions of the same files both land,
+    # so the partition's rows appear twice): admission must never let the pair run together
+    DUPLICATES_ROWS = "duplicates_rows"
+
+    @property
+    def corrupts_data(self) -> bool:
+        return self is Effect.DUPLICATES_ROWS
 
 
 class RuleKind(str, enum.Enum):
@@ -125,8 +132,11 @@ class Profile:
         return self.cell(earlier, later).later_fails
 
     def conflicts(self, a: str | Operation, b: str | Operation) -> bool:
-        """Whether running ``a`` and ``b`` together on one footprint can make either fail."""
-        return self.cell(a, b).later_fails or self.cell(b, a).later_fails
+        """Whether ``a`` and ``b`` must not run together on one footprint: in either commit
+        order the later one fails, or both commit and corrupt the data."""
+        return any(
+            cell.later_fails or cell.effect.corrupts_data for cell in (self.cell(a, b), self.cell(b, a))
+        )
 
     def __iter__(self) -> Iterator[Cell]:
         return iter(self.cells)
