@@ -15,27 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import threading
 import time
 from pathlib import Path
 
+from benchlib import machine  # bench/ is the script directory, so first on sys.path
+
 from occflow.core.engine import ReferenceTable
 from occflow.core.profiles import PROFILES
-
-
-def machine() -> dict[str, object]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version()}
 
 
 def measure(profile_name: str, history: int, txns: int) -> dict[str, object]:

@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import random
 import shutil
 import tempfile
@@ -38,6 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from benchlib import machine  # bench/ is the script directory, so first on sys.path
 
 from occflow.core.kinds import Classification, ConflictKind
 from occflow.core.policy import Action, derive_policy
@@ -373,16 +373,6 @@ def delta_variant(args: argparse.Namespace, jobs: list[MergeJob], workdir: Path)
 # --------------------------------------------------------------------------- main
 
 
-def machine() -> dict[str, object]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version()}
 
 
 def ratios(variant: dict[str, Any]) -> dict[str, Any]:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import time
 from dataclasses import replace
 from pathlib import Path
+
+from benchlib import machine  # bench/ is the script directory, so first on sys.path
 
 from occflow.sim import load_workload, simulate
 from occflow.sim.workload import Every, Uniform
@@ -25,16 +25,6 @@ from occflow.sim.workload import Every, Uniform
 HERE = Path(__file__).resolve().parent
 
 
-def machine() -> dict[str, object]:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version()}
 
 
 def scaled(scale: int):  # type: ignore[no-untyped-def]
