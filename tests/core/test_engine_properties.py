@@ -8,6 +8,8 @@ finishes first succeeds.
 
 from __future__ import annotations
 
+import os
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -103,7 +105,7 @@ def _serial_replay(profile_name, table, txns):
 
 
 def _property(profile_name):
-    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=int(os.environ.get("OCCFLOW_HYPOTHESIS_EXAMPLES", "150")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(data=schedules(profile_name))
     def check(data):
         txns, events = data

@@ -418,6 +418,12 @@ class ReferenceTable:
                     part_files[f.partition][f] = frozenset(written)
         rows.update(part_rows)
         layout.update(part_files)
+        # The log records what the commit really removed: an overwrite or truncate that replaces
+        # its partition at commit (MaxCompute, Iceberg) also drops files newer than its snapshot,
+        # and later validations must see that (Iceberg: "Missing required files to delete").
+        removed_now = frozenset(f for p in affected for f in base.partition_files[p] if f not in part_files[p])
+        if not removed_now <= fp.files_removed:
+            fp = replace(fp, files_removed=fp.files_removed | removed_now)
         now = max(self._clock(), self._last_time + 1e-6)
         data_change = fp.data_change and not fp.metadata_change
         if data_change:
