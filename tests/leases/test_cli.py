@@ -114,3 +114,26 @@ def test_pools_plan_then_sync_creates_and_updates_airflow_pools(airflow_home):
     assert int(in_airflow["occflow_db.sales"]["slots"]) == 3
     assert int(in_airflow["occflow_db.events"]["slots"]) == 1
     assert "occflow" in in_airflow["occflow_db.sales"]["description"]
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "dags_example"
+
+
+@pytest.mark.airflow
+def test_lint_reads_mapped_tasks_one_declaration_per_mapped_instance(airflow_home):
+    # Airflow builds mapped tasks without calling the operator's __init__: the linter rebuilds
+    # each instance's declaration from .partial(...) and the literal .expand(...) values.
+    _, env = airflow_home
+    done = occflow(env, "lint", str(EXAMPLES), "--format", "json")
+    assert done.returncode == 1, done.stderr
+    pairs = {(c["first"], c["second"]) for c in json.loads(done.stdout)["collisions"]}
+    # MERGE upserts on four disjoint regions never collide with each other (each one only with
+    # itself in a second concurrent run of the DAG) ...
+    upserts = [(a, b) for a, b in pairs if "upsert_region[" in a and "upsert_region[" in b]
+    assert upserts and all(a == b for a, b in upserts)
+    # ... but each collides with the whole-table compaction next to it
+    compactions = {a for a, b in pairs if b == "occflow_delta_merge_vs_compaction.compact" and a != b}
+    assert compactions == {f"occflow_delta_merge_vs_compaction.upsert_region[{i}]" for i in range(4)}
+    # the backfill's four days overwrite disjoint partitions: no collision among them
+    assert not any("backfill_day[" in a and "backfill_day[" in b and a != b for a, b in pairs)
+    assert ("occflow_iceberg_backfill.backfill_day[0]", "occflow_iceberg_backfill.backfill_day[0]") not in pairs

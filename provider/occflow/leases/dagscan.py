@@ -76,27 +76,71 @@ def scan_dag_folder(folder: str | Path) -> ScannedFolder:
         dag = bag.dags[dag_id]
         firings, schedule = _firings(dag)
         for task in dag.tasks:
-            write = getattr(task, "occflow_write", None)
-            if write is None:
-                continue
-            if not isinstance(write, WriteDeclaration):
-                raise InvalidDeclarationError(
-                    f"{dag_id}.{task.task_id}: occflow_write must be a WriteDeclaration "
-                    f"(WriteDeclaration.create(...)), got {type(write).__name__}"
+            for task_id, write in _declared_writes(dag_id, task):
+                tasks.append(
+                    DeclaredTask(
+                        dag_id=dag_id,
+                        task_id=task_id,
+                        write=write,
+                        upstream=frozenset(task.get_flat_relative_ids(upstream=True)),
+                        max_active_runs=int(dag.max_active_runs or 1),
+                        firings=firings,
+                        schedule=schedule,
+                        pool=getattr(task, "pool", None),
+                    )
                 )
-            tasks.append(
-                DeclaredTask(
-                    dag_id=dag_id,
-                    task_id=task.task_id,
-                    write=write,
-                    upstream=frozenset(task.get_flat_relative_ids(upstream=True)),
-                    max_active_runs=int(dag.max_active_runs or 1),
-                    firings=firings,
-                    schedule=schedule,
-                    pool=getattr(task, "pool", None),
-                )
-            )
     return ScannedFolder(tuple(tasks), tuple(sorted(bag.dags)), dict(bag.import_errors))
+
+
+_DECLARATION_ARGS = ("table", "operation", "profile", "table_format", "partitions", "reads_whole_table")
+
+
+def _declared_writes(dag_id: str, task: Any) -> list[tuple[str, WriteDeclaration]]:
+    """A task's declared write; a mapped task's, one per mapped instance.
+
+    Airflow builds a mapped task without calling the operator's ``__init__``, so its declaration
+    is rebuilt from ``.partial(...)`` and the literal ``.expand(...)`` values. An expansion over
+    an upstream result is unknown at parse time: each instance is taken to touch the whole table.
+    """
+    write = getattr(task, "occflow_write", None)
+    if write is not None:
+        if not isinstance(write, WriteDeclaration):
+            raise InvalidDeclarationError(
+                f"{dag_id}.{task.task_id}: occflow_write must be a WriteDeclaration "
+                f"(WriteDeclaration.create(...)), got {type(write).__name__}"
+            )
+        return [(task.task_id, write)]
+    partial_kwargs = getattr(task, "partial_kwargs", None)
+    operator_class = getattr(task, "operator_class", None)
+    if not isinstance(partial_kwargs, dict) or "table" not in partial_kwargs:
+        return []
+    if not isinstance(operator_class, type) or not hasattr(operator_class, "default_table_format"):
+        return []
+    fixed = {k: partial_kwargs[k] for k in _DECLARATION_ARGS if k in partial_kwargs}
+    expanded = getattr(getattr(task, "expand_input", None), "value", None)
+    instances: list[dict[str, Any]] = [{}]
+    if isinstance(expanded, dict):
+        mapped = {k: v for k, v in expanded.items() if k in _DECLARATION_ARGS}
+        if mapped and all(isinstance(v, list) for v in mapped.values()):
+            instances = [dict(zip(mapped, values, strict=False)) for values in zip(*mapped.values(), strict=False)]
+        elif mapped:  # mapped over an upstream result: unknown footprint, assume the whole table
+            instances = [{"partitions": None}]
+    out = []
+    for index, extra in enumerate(instances):
+        args = {**fixed, **extra}
+        if args.get("table_format") is None and not args.get("profile"):
+            args["table_format"] = operator_class.default_table_format
+        write = WriteDeclaration.create(
+            args["table"],
+            args["operation"],
+            profile=args.get("profile"),
+            table_format=args.get("table_format"),
+            partitions=args.get("partitions"),
+            reads_whole_table=bool(args.get("reads_whole_table", False)),
+            allow_templates=True,
+        )
+        out.append((f"{task.task_id}[{index}]" if len(instances) > 1 else task.task_id, write))
+    return out
 
 
 def describe_tasks(tasks: Sequence[DeclaredTask]) -> list[str]:
