@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from occflow.core.profiles import PROFILES, get_profile
+from occflow.core.profiles import PROFILES, Effect, get_profile
 from occflow.leases import (
     AdmissionPriorities,
     AdmissionTimeout,
@@ -40,7 +40,10 @@ def test_every_matrix_cell_decides_admission_on_the_same_partition(store, profil
             held = store.try_acquire(req(table, first, profile_name, ["ds=2024-01-01"]))
             assert held is not None
             same = store.decide(req(table, second, profile_name, ["ds=2024-01-01"]))
-            expected = not (profile.cell(first, second).later_fails or profile.cell(second, first).later_fails)
+            # the matrix: either commit order makes the later one fail, or both commit and corrupt
+            # the data (delta-rs: two compactions duplicate rows)
+            cells = (profile.cell(first, second), profile.cell(second, first))
+            expected = not any(c.later_fails or c.effect is Effect.DUPLICATES_ROWS for c in cells)
             assert same.granted is expected, (first.value, second.value)
             if not expected:
                 assert [b.ident for b in same.blockers] == [held.lease_id]
