@@ -17,8 +17,12 @@ BENCH = Path(__file__).resolve().parents[2] / "bench" / "real_bench.py"
 
 
 @pytest.mark.slow
-def test_real_bench_runs_both_policies_on_real_delta_rs_and_occflow_loses_no_attempt(tmp_path: Path) -> None:
+def test_real_bench_runs_both_policies_on_real_delta_rs_and_occflow_loses_no_attempt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("deltalake", reason="the delta-rs variant needs the deltalake package (extra 'delta')")
+    # as when it runs as a script: its own directory (bench/benchlib.py) is importable
+    monkeypatch.syspath_prepend(str(BENCH.parent))
     spec = importlib.util.spec_from_file_location("real_bench", BENCH)
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
