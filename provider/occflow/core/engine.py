@@ -33,7 +33,6 @@ from .profiles import OverwriteScope, Profile, RuleKind, get_profile
 
 RowId = str
 Rows = Mapping[RowId, int]
-DELETED = None
 
 
 @dataclass(frozen=True)
@@ -307,27 +306,12 @@ class ReferenceTable:
     # -- the commit protocol --------------------------------------------------------------
     def _validate(self, txn: Transaction, winner: Commit) -> None:
         self.validations += 1
-        mine, theirs = txn.footprint, winner.footprint
-        if self.profile.rules is RuleKind.OPERATION:
-            if not mine.overlaps(theirs):
-                return
-            cell = self.profile.cell(theirs.operation, mine.operation)
-            if cell.later_fails:
-                assert cell.exception is not None
-                raise conflict_error(
-                    cell.exception,
-                    f"{mine.operation.value} ({txn.txn_id}) lost to {theirs.operation.value} committed as "
-                    f"version {winner.version} ({cell.source})",
-                    winner.winner(),
-                )
-            return
-        assert self.profile.validator is not None
-        verdict = self.profile.validator(mine, theirs)
+        verdict = judge(self.profile, txn.footprint, winner.footprint)
         if verdict is not None:
             kind, reason = verdict
             raise conflict_error(
                 kind,
-                f"{mine.operation.value} ({txn.txn_id}) lost to {theirs.operation.value} committed as "
+                f"{txn.operation.value} ({txn.txn_id}) lost to {winner.operation.value} committed as "
                 f"version {winner.version}: {reason}",
                 winner.winner(),
             )
@@ -452,6 +436,24 @@ class ReferenceTable:
         return commit
 
 
+def judge(profile: Profile, mine: Footprint, theirs: Footprint) -> tuple[ConflictKind, str] | None:
+    """Whether ``mine``, committing after ``theirs``, loses: the kind and the rule that says so.
+
+    Operation-level profiles (MaxCompute): the matrix cell of the two operations, when their
+    partitions overlap. Footprint-level profiles (Delta, Iceberg): the format's ported checker.
+    """
+    if profile.rules is RuleKind.OPERATION:
+        if not mine.overlaps(theirs):
+            return None
+        cell = profile.cell(theirs.operation, mine.operation)
+        if not cell.later_fails:
+            return None
+        assert cell.exception is not None
+        return cell.exception, cell.source
+    assert profile.validator is not None
+    return profile.validator(mine, theirs)
+
+
 def expected_loser_kind(profile: Profile, txn: Transaction, winners: Iterable[Commit]) -> ConflictKind | None:
     """The kind the matrix predicts for ``txn`` against ``winners`` (None: it commits).
 
@@ -459,14 +461,7 @@ def expected_loser_kind(profile: Profile, txn: Transaction, winners: Iterable[Co
     footprint rule) makes this operation fail.
     """
     for winner in winners:
-        if profile.rules is RuleKind.OPERATION:
-            if txn.footprint.overlaps(winner.footprint):
-                cell = profile.cell(winner.operation, txn.operation)
-                if cell.later_fails:
-                    return cell.exception
-        else:
-            assert profile.validator is not None
-            verdict = profile.validator(txn.footprint, winner.footprint)
-            if verdict is not None:
-                return verdict[0]
+        verdict = judge(profile, txn.footprint, winner.footprint)
+        if verdict is not None:
+            return verdict[0]
     return None
