@@ -505,15 +505,12 @@ def error_info(exc: BaseException) -> ErrorInfo:
     )
 
 
-def classify_error(error: BaseException | ErrorInfo | str) -> Classification | None:
-    """occflow's classification of the error, or None while the classifier is not installed."""
-    try:
-        from ..core.classify import classify
-    except ImportError:
-        return None
-    subject: Any = error.text if isinstance(error, ErrorInfo) else error
-    result: Classification = classify(subject)
-    return result
+def classify_error(error: BaseException | ErrorInfo | str) -> Classification:
+    """occflow's classification of the error. An ``ErrorInfo`` is passed whole, so the
+    classifier sees its error class and exact exception class names, not only their text."""
+    from ..core.classify import classify
+
+    return classify(error)
 
 
 # ---------------------------------------------------------------------------------------------
