@@ -22,8 +22,8 @@ from pathlib import Path
 
 from benchlib import machine  # bench/ is the script directory, so first on sys.path
 
-from occflow.core.engine import ReferenceTable
 from occflow.core.profiles import PROFILES
+from occflow.core.reference import ReferenceTable
 
 
 def measure(profile_name: str, history: int, txns: int) -> dict[str, object]:

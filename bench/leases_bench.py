@@ -30,7 +30,7 @@ import uuid
 from pathlib import Path
 
 from occflow.leases import LeaseRequest, LeaseStore, schema
-from occflow.leases.store import lease_rows
+from occflow.leases.rows import lease_rows
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = "maxcompute-standard"  # INSERT INTOs share a partition; UPDATE conflicts with them

@@ -19,7 +19,8 @@ import pyarrow as pa
 from airflow.sdk import DAG, task
 
 from occflow.engines.deltars import DeltaRsTable
-from occflow.operators.delta import DeltaWriteOperator, default_delta_location
+from occflow.hooks.spark import default_delta_location
+from occflow.operators.delta import DeltaWriteOperator
 
 TABLE = "web.clicks"
 BATCHES = 5

@@ -9,9 +9,9 @@ import random
 import threading
 from collections import Counter
 
-from occflow.core.engine import ReferenceTable
 from occflow.core.errors import CommitConflict
 from occflow.core.profiles import PROFILES
+from occflow.core.reference import ReferenceTable
 from occflow.core.render import matrix_table
 
 

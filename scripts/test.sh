@@ -12,6 +12,8 @@ echo "== ruff"
 .venv/bin/ruff check provider tests dags_example bench scripts
 echo "== mypy --strict occflow.core"
 .venv/bin/mypy
+echo "== import-linter (layers, engine independence, pure core, no circles)"
+.venv/bin/lint-imports --no-cache
 echo "== pytest (default suites)"
 .venv/bin/pytest -m "not slow" "$@"
 if [ "${CI:-}" = "true" ] || [ "${OCCFLOW_SLOW:-0}" = "1" ]; then

@@ -222,3 +222,62 @@ def test_occflow_operator_report_is_explained_with_attempts_and_wasted_time():
     assert "attempts:       4, 37.2s spent in attempts thrown away" in text
     assert "decision:       fail: reschedules exhausted" in text
     assert "declares no partition" not in text  # it declared one
+
+
+class _TaskInstance:
+    """The fields of a running try that the notifier reads when no Airflow run is needed."""
+
+    dag_id, task_id, map_index, try_number = "load", "submit", -1, 1
+
+    def __init__(self) -> None:
+        import datetime
+
+        self.start_date = datetime.datetime.now(datetime.timezone.utc)
+
+    def xcom_pull(self, **kwargs):  # noqa: ANN003, ANN201 - no XCom in this test
+        return None
+
+
+_RETRY_LINES = [
+    "24/11/21 20:05:41 WARN Tasks: Retrying task after failure: sleepTimeMs=112 Cannot commit local.db.events: "
+    "metadata location file:/wh/events/metadata/00007-aa.metadata.json has changed from "
+    "file:/wh/events/metadata/00006-bb.metadata.json",
+    "org.apache.iceberg.exceptions.CommitFailedException: Cannot commit local.db.events: metadata location "
+    "file:/wh/events/metadata/00007-aa.metadata.json has changed from file:/wh/events/metadata/00006-bb.metadata.json",
+    "\tat org.apache.iceberg.util.Tasks$Builder.runTaskWithRetry(Tasks.java:413)",
+]
+
+
+@pytest.mark.parametrize(
+    ("child_lines", "kind"),
+    [
+        # Iceberg retried its own commit, then the executor ran out of memory: not a conflict.
+        (_RETRY_LINES + ["24/11/21 20:06:10 ERROR Executor: Exception in task 3.0 in stage 7.0 (TID 21)",
+                         "java.lang.OutOfMemoryError: Java heap space"], "not_a_conflict"),
+        # Iceberg retried its own commit and nothing else happened: the retry is not the failure.
+        (_RETRY_LINES, "not_a_conflict"),
+        # The job's own traceback ends in the conflict (Py4J as PySpark prints it).
+        (["py4j.protocol.Py4JJavaError: An error occurred while calling o123.sql.",
+          ": io.delta.exceptions.ConcurrentAppendException: [DELTA_CONCURRENT_APPEND] ConcurrentAppendException: "
+          "Files were added to partition [ds=2024-01-01] by a concurrent update. Please try the operation again."],
+         "concurrent_append"),
+    ],
+    ids=["retry-then-oom", "retry-alone", "conflict"],
+)
+def test_the_task_log_is_weighed_in_order_and_by_level(child_lines: list[str], kind: str) -> None:
+    """What BashOperator / SparkSubmitHook relay from the child at INFO, then Airflow's own ERROR."""
+    import structlog
+
+    from occflow.notifications import ConflictNotifier
+    from occflow.policies import log_tail
+
+    assert log_tail.install()
+    ti = _TaskInstance()
+    log = structlog.get_logger("occflow.test")
+    for line in ["Running command: ['spark-submit', 'load.py']", "Output:", *child_lines,
+                 "Command exited with return code 1"]:
+        log.info(line)
+    log.error("Task failed with exception")  # Airflow's report, logged before any callback runs
+    error = RuntimeError("Bash command failed. The command returned a non-zero exit code 1.")
+    report = ConflictNotifier(table="local.db.events", operation="insert_into").explain({"exception": error, "ti": ti})
+    assert report.kind.value == kind, report.classification_reason

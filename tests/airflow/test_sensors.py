@@ -162,14 +162,14 @@ def test_triggers_serialize_to_json_and_back():
     import json
 
     from occflow.leases import Holder, LeaseRequest
-    from occflow.triggers.lease import ConflictFreeTrigger, LeaseAdmissionTrigger, request_to_dict
+    from occflow.triggers.lease import ConflictFreeTrigger, LeaseAdmissionTrigger
     from occflow.triggers.table import TableCommitTrigger
 
     request = LeaseRequest.create("db.t", "merge", "iceberg-serializable", [{"ds": "2024-01-01"}],
                                   holder=Holder("d", "t", "r", 1))
     triggers = [
         LeaseAdmissionTrigger.for_request(request, "sqlite:////tmp/x.db", 1.0),
-        ConflictFreeTrigger(request_to_dict(request), None, 2.0),
+        ConflictFreeTrigger(request.to_dict(), None, 2.0),
         TableCommitTrigger("delta", "/tmp/t", {"min_version": 3, "snapshot_id": None,
                                                "partition": "ds=a", "metadata": {}}, 1.0),
     ]

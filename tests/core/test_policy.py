@@ -1,6 +1,6 @@
 """Policies derived from the matrices: every kind of every operation on every profile, real
-conflicts (delta-rs) and engine texts (fixtures) through ``classify``, tenacity in-task retries,
-overrides, printing and the ``occflow policy`` command."""
+conflicts (delta-rs) and engine texts (fixtures) through ``classify``, overrides, printing and the
+``occflow policy`` command. The in-task retry loop itself is the operator's (tests/airflow)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-import tenacity
 from deltalake import DeltaTable, write_deltalake
 
 from occflow.cli import main
@@ -195,82 +194,6 @@ def test_a_pointer_race_retries_quicker_than_a_lost_writer():
     lost = classify(fixture_text("iceberg_validation_conflicting_files.txt"))
     policy = derive_policy("iceberg-serializable", "merge")
     assert policy.for_kind(race.kind).wait.bounds(1)[1] < policy.for_kind(lost.kind).wait.bounds(1)[0]
-
-
-# ------------------------------------------------------------------ tenacity in the task
-
-
-def test_tenacity_retries_a_real_conflict_from_a_fresh_snapshot_and_commits(tmp_path):
-    path = str(tmp_path / "t")
-    write_deltalake(path, pa.table({"ds": ["a", "a"], "v": [1, 2]}), partition_by=["ds"])
-    policy = derive_policy(
-        "delta-rs",
-        "delete",
-        overrides={"concurrent_append": KindPolicy.retry(WaitFixed(0.01), StopAfterAttempt(3))},
-    )
-    calls: list[int] = []
-
-    def delete_once() -> None:
-        mine = DeltaTable(path)  # a fresh snapshot on every attempt
-        calls.append(mine.version())
-        if len(calls) == 1:
-            DeltaTable(path).delete("v = 1")  # a concurrent writer commits first
-        mine.delete("v = 2")
-
-    tenacity.Retrying(**policy.tenacity_kwargs())(delete_once)
-    assert len(calls) == 2 and calls[1] == calls[0] + 1
-    assert DeltaTable(path).to_pyarrow_table().num_rows == 0
-
-
-def test_tenacity_gives_up_after_the_policy_attempts_and_reraises_the_engine_error(tmp_path):
-    path = str(tmp_path / "t")
-    write_deltalake(path, pa.table({"v": list(range(10))}))
-    policy = derive_policy(
-        "delta-rs",
-        "delete",
-        overrides={"concurrent_append": KindPolicy.retry(WaitFixed(0.01), StopAfterAttempt(3))},
-    )
-    calls = []
-
-    def always_loses() -> None:
-        mine = DeltaTable(path)
-        calls.append(1)
-        DeltaTable(path).delete(f"v = {len(calls)}")
-        mine.delete("v = 9")
-
-    with pytest.raises(Exception, match="concurrent transaction"):
-        tenacity.Retrying(**policy.tenacity_kwargs())(always_loses)
-    assert len(calls) == 3
-
-
-@pytest.mark.parametrize(
-    "error",
-    [ValueError("division by zero in the job"), RuntimeError(fixture_text("near_miss_postgres_serialization.txt"))],
-)
-def test_tenacity_never_retries_what_is_not_a_conflict(error):
-    policy = derive_policy("delta-rs", "insert_into")
-    calls = []
-
-    def fails() -> None:
-        calls.append(1)
-        raise error
-
-    with pytest.raises(type(error)):
-        tenacity.Retrying(**policy.tenacity_kwargs())(fails)
-    assert calls == [1]
-
-
-def test_strategy_objects_agree_with_their_tenacity_counterparts():
-    wait = WaitExponential(multiplier=2, max=60) + WaitRandom(0, 2)
-    stop = StopAfterAttempt(4) | StopAfterDelay(600)
-    state = tenacity.RetryCallState(tenacity.Retrying(), fn=None, args=(), kwargs={})
-    for attempt in range(1, 9):
-        for elapsed in (0.0, 300.0, 900.0):  # off the boundary: start + elapsed - start is inexact
-            state.attempt_number = attempt
-            state.outcome_timestamp = state.start_time + elapsed
-            low, high = wait.bounds(attempt)
-            assert low <= wait.to_tenacity()(state) <= high
-            assert stop.to_tenacity()(state) == stop.should_stop(attempt, elapsed)
 
 
 # ------------------------------------------------------------------ overrides and printing

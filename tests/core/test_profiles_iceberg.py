@@ -13,13 +13,13 @@ import re
 
 import pytest
 
-from occflow.core.engine import ReferenceTable
 from occflow.core.errors import CommitConflict, UnknownOperationError
 from occflow.core.footprint import FileRef, Footprint, PartitionKey
 from occflow.core.kinds import ConflictKind
 from occflow.core.operations import Operation as Op
 from occflow.core.profiles import Cell, Effect, OverwriteScope, Profile, RuleKind, get_profile
 from occflow.core.profiles.iceberg import ICEBERG_MATRIX, SPARK_CHECKED, snapshot_operation
+from occflow.core.reference import ReferenceTable
 
 PROFILES = {"serializable": get_profile("iceberg-serializable"), "snapshot": get_profile("iceberg-snapshot")}
 OPS = (

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from occflow.cli import main
+from occflow.cli.conformance import run_engine
 from occflow.core.errors import InvalidDeclarationError
 from occflow.core.kinds import ConflictKind
 from occflow.core.operations import Operation
@@ -25,7 +26,6 @@ from occflow.engines.conformance import (
     render_json,
     render_markdown,
     render_table,
-    run_engine,
     run_runner,
 )
 from occflow.engines.deltars import DeltaRsPairRunner

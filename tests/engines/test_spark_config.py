@@ -12,7 +12,6 @@ import pytest
 
 from occflow.core.errors import InvalidDeclarationError
 from occflow.core.operations import Operation
-from occflow.engines.iceberg import IcebergCatalogConfig
 from occflow.engines.spark import (
     ApplicationJob,
     CallableJob,
@@ -24,6 +23,7 @@ from occflow.engines.spark import (
     split_statements,
     split_table,
 )
+from occflow.engines.spark.iceberg_catalog import IcebergCatalogConfig
 
 
 def test_default_config_is_local_session_with_iceberg_jdbc_catalog_on_sqlite(tmp_path: Path) -> None:

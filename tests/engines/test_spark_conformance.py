@@ -9,8 +9,8 @@ from occflow.core.kinds import ConflictKind
 from occflow.core.operations import Operation
 from occflow.core.profiles import get_profile
 from occflow.engines.conformance import ConformanceRow
-from occflow.engines.iceberg_conformance import run_iceberg_conformance
 from occflow.engines.spark import SparkEngine
+from occflow.engines.spark.iceberg_conformance import run_iceberg_conformance
 
 pytestmark = pytest.mark.spark
 

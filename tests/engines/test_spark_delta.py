@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from occflow.core.kinds import ConflictKind
-from occflow.engines.delta_spark import JARS_ENV
 from occflow.engines.spark import ApplicationJob, SparkConfig
-from occflow.engines.submit import submit_job
+from occflow.engines.spark.delta_spark import JARS_ENV
+from occflow.engines.spark.submit import submit_job
 
 pytestmark = [
     pytest.mark.spark,

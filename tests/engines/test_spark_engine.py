@@ -11,7 +11,6 @@ import pytest
 
 from occflow.core.kinds import ConflictKind
 from occflow.core.operations import Operation
-from occflow.engines.iceberg import current_snapshot, set_commit_retries
 from occflow.engines.outcome import WriteOutcome
 from occflow.engines.spark import (
     ApplicationJob,
@@ -20,6 +19,7 @@ from occflow.engines.spark import (
     SparkConfig,
     SparkEngine,
 )
+from occflow.engines.spark.iceberg import current_snapshot, set_commit_retries
 
 pytestmark = pytest.mark.spark
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from occflow.engines.iceberg import set_commit_retries
 from occflow.engines.spark import ApplicationJob, SparkConfig, SparkEngine
-from occflow.engines.submit import submit_job
+from occflow.engines.spark.iceberg import set_commit_retries
+from occflow.engines.spark.submit import submit_job
 
 pytestmark = pytest.mark.spark
 

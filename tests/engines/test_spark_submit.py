@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from occflow.core.kinds import ConflictKind
-from occflow.engines.iceberg import current_snapshot, pinned_session
 from occflow.engines.spark import ApplicationJob, CallableJob, JobContext, SparkConfig, SparkEngine
-from occflow.engines.submit import SubmitError, SubmittedJob, read_outcome, submit_job
+from occflow.engines.spark.iceberg import current_snapshot, pinned_session
+from occflow.engines.spark.submit import SubmitError, SubmittedJob, read_outcome, submit_job
 
 pytestmark = pytest.mark.spark
 
@@ -160,7 +160,7 @@ def test_lambda_jobs_cannot_be_submitted_to_another_process(spark_home: Path, tm
 
 def test_driver_rejects_bad_arguments_with_exit_status_2(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "occflow.engines.driver", "--outcome", str(tmp_path / "o.json"), "--table",
+        [sys.executable, "-m", "occflow.engines.spark.driver", "--outcome", str(tmp_path / "o.json"), "--table",
          "lake.db.t; drop", "--sql", "INSERT INTO t VALUES (1)", "--config", '{"master": "local[1]"}'],
         capture_output=True,
         text=True,

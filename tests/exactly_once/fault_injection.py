@@ -2,7 +2,7 @@
 
 A *logical write* ``n`` appends ``ROWS_PER_WRITE`` rows with ids ``n*100 .. n*100+k`` to a real
 table. It runs as a task would under Airflow: tries (a new process or a new call, numbered from
-1), each with in-task attempts that ``occflow.engines.verify.ExactlyOnce`` guards and the real
+1), each with in-task attempts that ``occflow.operators.exactly_once.ExactlyOnce`` guards and the real
 write policy (``derive_policy``) retries. A fault is injected into the first attempt of the
 first try, at the engine boundary, around the real engine call:
 
@@ -35,9 +35,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from occflow.core.policy import Action, derive_policy
+from occflow.engines.ledger import CommitLedger
 from occflow.engines.outcome import WriteOutcome
 from occflow.engines.tags import CommitTag
-from occflow.engines.verify import CommitLedger, ExactlyOnce
+from occflow.operators.exactly_once import ExactlyOnce
 
 ROWS_PER_WRITE = 3
 FAULTS = ("kill", "unknown_after", "unknown_before", "timeout_after", "crash_after")
@@ -159,8 +160,7 @@ def run_try(
 def deltars_attempt(path: str, write_no: int) -> tuple[CommitLedger, Callable[[], WriteOutcome]]:
     import pyarrow as pa  # type: ignore[import-untyped]
 
-    from occflow.engines.deltars import DeltaRsTable
-    from occflow.engines.verify import DeltaRsLedger
+    from occflow.engines.deltars import DeltaRsLedger, DeltaRsTable
 
     table = DeltaRsTable(path)
     ids = ids_of(write_no)
@@ -190,7 +190,7 @@ def create_deltars_table(path: str) -> None:
 
 
 def iceberg_attempt(engine: Any, table: str, write_no: int) -> tuple[CommitLedger, Callable[[], WriteOutcome]]:
-    from occflow.engines.verify import IcebergLedger
+    from occflow.engines.spark import IcebergLedger
 
     values = ", ".join(f"({i}, {int(write_no)})" for i in ids_of(write_no))
     sql = f"INSERT INTO {table} VALUES {values}"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from occflow.engines.delta_spark import JARS_ENV
+from occflow.engines.spark.delta_spark import JARS_ENV
 
 pytestmark = [
     pytest.mark.spark,
@@ -30,8 +30,8 @@ SCRIPT = """
 import sys
 sys.path.insert(0, {here!r})
 from fault_injection import tag_of
-from occflow.engines.spark import SparkConfig, SparkEngine
-from occflow.engines.verify import DeltaSparkLedger, ExactlyOnce
+from occflow.engines.spark import DeltaSparkLedger, SparkConfig, SparkEngine
+from occflow.operators.exactly_once import ExactlyOnce
 
 engine = SparkEngine(SparkConfig(table_format="delta", home={home!r}, app_name="occflow-eo-delta",
                                  conf={{"spark.sql.warehouse.dir": {warehouse!r}}}))

@@ -24,9 +24,10 @@ from fault_injection import (
 
 from occflow.core.errors import InvalidDeclarationError
 from occflow.core.kinds import ConflictKind
-from occflow.engines.deltars import CommitOptions, DeltaRsTable, ambient_commit
+from occflow.engines.deltars import CommitOptions, DeltaRsLedger, DeltaRsTable, ambient_commit, deltars_commit
+from occflow.engines.ledger import StaleOverwriteError
 from occflow.engines.tags import CommitTag
-from occflow.engines.verify import DeltaRsLedger, ExactlyOnce, StaleOverwriteError
+from occflow.operators.exactly_once import ExactlyOnce
 
 SCRIPT = Path(__file__).with_name("fault_injection.py")
 
@@ -60,7 +61,7 @@ def test_a_tagged_commit_carries_the_txn_action_and_the_tag_in_its_commit_info(t
 
 def test_explicit_app_transaction_of_a_job_wins_over_the_ambient_tag(table_path: str) -> None:
     table = DeltaRsTable(table_path)
-    with ambient_commit(tag_of(1).deltars_commit()):
+    with ambient_commit(deltars_commit(tag_of(1))):
         table.append(pa.table({"id": [1], "w": [1]}), commit=CommitOptions(app_id="stream-7", app_version=42))
     assert table.app_version("stream-7") == 42
     assert table.app_version(tag_of(1).app_id) is None

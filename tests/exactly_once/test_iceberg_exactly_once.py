@@ -26,8 +26,10 @@ from fault_injection import (
     tag_of,
 )
 
+from occflow.engines.ledger import StaleOverwriteError
+from occflow.engines.spark import IcebergLedger
 from occflow.engines.tags import WRITE_ID, CommitTag
-from occflow.engines.verify import ExactlyOnce, IcebergLedger, StaleOverwriteError
+from occflow.operators.exactly_once import ExactlyOnce
 
 pytestmark = pytest.mark.spark
 SCRIPT = Path(__file__).with_name("fault_injection.py")

@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
+from occflow.engines.ledger import StaleOverwriteError
+from occflow.engines.maxcompute import MaxComputeLedger, maxcompute_hints
 from occflow.engines.tags import CommitTag
-from occflow.engines.verify import ExactlyOnce, MaxComputeLedger, StaleOverwriteError
+from occflow.operators.exactly_once import ExactlyOnce
 
 
 class MockedProjectJobs:
@@ -38,7 +40,7 @@ def test_a_job_run_with_the_tags_hints_is_found_and_others_are_not() -> None:
     jobs = MockedProjectJobs()
     jobs.run_sql("INSERT INTO proj.sales SELECT 1", {"odps.sql.allow.fullscan": "true"}, "2024-01-01 01:00")
     tag = _tag("2024-01-01", "insert_into")
-    jobs.run_sql("INSERT INTO proj.sales SELECT 2", tag.maxcompute_hints(), "2024-01-01 02:00")
+    jobs.run_sql("INSERT INTO proj.sales SELECT 2", maxcompute_hints(tag), "2024-01-01 02:00")
     ledger = MaxComputeLedger(jobs, "proj.sales")
     found = ledger.find_commit(tag)
     assert found is not None and found.tag == tag and found.committed_at == "2024-01-01 02:00"
@@ -48,7 +50,7 @@ def test_a_job_run_with_the_tags_hints_is_found_and_others_are_not() -> None:
 def test_a_retry_of_a_job_that_already_ran_does_not_run_it_again() -> None:
     jobs = MockedProjectJobs()
     tag = _tag("2024-01-01", "insert_into")
-    jobs.run_sql("INSERT INTO proj.sales SELECT 2", tag.maxcompute_hints(), "2024-01-01 02:00")
+    jobs.run_sql("INSERT INTO proj.sales SELECT 2", maxcompute_hints(tag), "2024-01-01 02:00")
     ran: list[str] = []
 
     def attempt() -> Any:
@@ -61,7 +63,7 @@ def test_a_retry_of_a_job_that_already_ran_does_not_run_it_again() -> None:
 
 def test_an_older_overwrite_after_a_newer_one_is_refused() -> None:
     jobs = MockedProjectJobs()
-    jobs.run_sql("INSERT OVERWRITE proj.sales PARTITION (ds='x') SELECT 1", _tag("2024-01-05").maxcompute_hints(),
+    jobs.run_sql("INSERT OVERWRITE proj.sales PARTITION (ds='x') SELECT 1", maxcompute_hints(_tag("2024-01-05")),
                  "2024-01-05 01:00")
     with pytest.raises(StaleOverwriteError):
         ExactlyOnce(MaxComputeLedger(jobs, "proj.sales"), _tag("2024-01-01")).run(

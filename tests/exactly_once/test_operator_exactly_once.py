@@ -76,9 +76,9 @@ def _stale_overwrite(path: str) -> str:
         import pyarrow as pa
         from airflow.sdk import DAG
         from airflow.providers.standard.operators.python import PythonOperator
-        from occflow.engines.deltars import DeltaRsTable
+        from occflow.engines.deltars import DeltaRsLedger, DeltaRsTable
         from occflow.engines.tags import CommitTag
-        from occflow.engines.verify import DeltaRsLedger, ExactlyOnce
+        from occflow.operators.exactly_once import ExactlyOnce
         from occflow.operators.delta import DeltaWriteOperator
 
         PATH = {path!r}

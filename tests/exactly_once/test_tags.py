@@ -9,7 +9,11 @@ import pytest
 
 from occflow.core.errors import InvalidDeclarationError
 from occflow.core.operations import Operation
-from occflow.engines.tags import APP_VERSION, WRITE_ID, CommitTag, from_context, write_id_of
+from occflow.engines.deltars import deltars_commit
+from occflow.engines.maxcompute import maxcompute_hints
+from occflow.engines.spark import delta_spark_session_conf, delta_spark_write_options, iceberg_write_options
+from occflow.engines.tags import APP_VERSION, WRITE_ID, CommitTag, write_id_of
+from occflow.operators.exactly_once import from_context
 
 
 def _context(try_number: int, run_id: str = "scheduled__2024-01-01", map_index: int = -1) -> dict[str, object]:
@@ -45,14 +49,14 @@ def test_properties_read_back_to_the_same_tag() -> None:
 
 def test_each_format_gets_the_tag_through_its_own_mechanism() -> None:
     tag = CommitTag.create("etl", "load", "r1", "insert_into")
-    assert tag.delta_spark_write_options()["txnAppId"] == tag.app_id
-    assert tag.delta_spark_write_options()["txnVersion"] == str(APP_VERSION)
-    conf = tag.delta_spark_session_conf()
+    assert delta_spark_write_options(tag)["txnAppId"] == tag.app_id
+    assert delta_spark_write_options(tag)["txnVersion"] == str(APP_VERSION)
+    conf = delta_spark_session_conf(tag)
     assert conf["spark.databricks.delta.write.txnAppId"] == tag.app_id
     assert json.loads(conf["spark.databricks.delta.commitInfo.userMetadata"])[WRITE_ID] == tag.write_id
-    assert tag.iceberg_write_options()[f"snapshot-property.{WRITE_ID}"] == tag.write_id
-    assert tag.maxcompute_hints()[f"odps.{WRITE_ID}"] == tag.write_id
-    options = tag.deltars_commit()
+    assert iceberg_write_options(tag)[f"snapshot-property.{WRITE_ID}"] == tag.write_id
+    assert maxcompute_hints(tag)[f"odps.{WRITE_ID}"] == tag.write_id
+    options = deltars_commit(tag)
     assert (options.app_id, options.app_version) == (tag.app_id, APP_VERSION)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import random
 import time
 
 import pytest
@@ -193,3 +195,44 @@ def test_acquire_times_out_naming_the_holder_and_gives_up_its_place(store):
     with pytest.raises(AdmissionTimeout, match=r"etl\.wipe"):
         store.acquire(rival, timeout=0.2, poll=0.05)
     assert store.waiting() == []
+
+
+# An oracle for footprint overlap that shares no code with occflow: a small universe of
+# concrete partitions, every combination of values over every column. A footprint is the set
+# of concrete partitions it covers; two footprints overlap when those sets intersect.
+UNIVERSE_COLUMNS = {"ds": ("1", "2"), "country": ("NL", "DE"), "hour": ("0", "1")}
+UNIVERSE = [dict(zip(UNIVERSE_COLUMNS, values, strict=True))
+            for values in itertools.product(*UNIVERSE_COLUMNS.values())]
+
+
+def concrete_partitions(footprint):
+    """The concrete partitions a footprint (a list of specs, or None = whole table) covers."""
+    return {
+        tuple(sorted(p.items()))
+        for p in UNIVERSE
+        if footprint is None or any(all(p[c] == v for c, v in spec.items()) for spec in footprint)
+    }
+
+
+def random_footprint(rnd):
+    if rnd.random() < 0.1:
+        return None
+    specs = []
+    for _ in range(rnd.randint(1, 3)):
+        columns = rnd.sample(sorted(UNIVERSE_COLUMNS), rnd.randint(1, len(UNIVERSE_COLUMNS)))
+        specs.append({c: rnd.choice(UNIVERSE_COLUMNS[c]) for c in columns})
+    return specs
+
+
+def test_merge_is_refused_exactly_when_a_held_merge_covers_one_of_its_concrete_partitions(store):
+    # The reported case: ds=1 held; a MERGE on country=NL/ds=1 and ds=2 (two column sets) was granted.
+    assert store.try_acquire(req("db.issue", "merge", "iceberg-serializable", ["ds=1"]))
+    assert not store.decide(req("db.issue", "merge", "iceberg-serializable", ["country=NL/ds=1", "ds=2"])).granted
+    rnd = random.Random(20240101)
+    for i in range(150):
+        held, asked = random_footprint(rnd), random_footprint(rnd)
+        table = f"db.random_{i}"
+        assert store.try_acquire(req(table, "merge", "iceberg-serializable", held)) is not None
+        overlap = bool(concrete_partitions(held) & concrete_partitions(asked))
+        decided = store.decide(req(table, "merge", "iceberg-serializable", asked))
+        assert decided.granted is not overlap, (held, asked)

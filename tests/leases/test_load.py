@@ -7,25 +7,35 @@ was served.
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import statistics
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 
 import pytest
 
 from occflow.leases import LeaseStore
 from occflow.leases.history import check_history, unreleased, unserved
-from occflow.leases.workload import LoadShape, run_worker
 
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 TABLES = (("db.orders", "maxcompute-standard"), ("db.events", "maxcompute-transactional"), ("db.clicks", "maxcompute-standard"))
 
 
-def run_load(url: str, workers: int, cycles: int, tables=TABLES, partitions=("ds=1", "ds=2", "ds=3", "ds=4"),
-             poll_max: float = 0.05) -> None:
+@pytest.fixture
+def lease_load(monkeypatch: pytest.MonkeyPatch):
+    """bench/lease_load.py, imported as when a bench script runs: bench/ on ``sys.path`` (the
+    spawned workers inherit it and import the module by name to unpickle their work)."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    return importlib.import_module("lease_load")
+
+
+def run_load(lease_load, url: str, workers: int, cycles: int, tables=TABLES,
+             partitions=("ds=1", "ds=2", "ds=3", "ds=4"), poll_max: float = 0.05) -> None:
     store = LeaseStore.from_url(url, history=True)  # creates the schema once, before the workers
-    shape = LoadShape(tables=tables, partitions=partitions, cycles=cycles, poll_max=poll_max)
+    shape = lease_load.LoadShape(tables=tables, partitions=partitions, cycles=cycles, poll_max=poll_max)
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        reports = list(pool.map(run_worker, [url] * workers, range(workers), [shape] * workers,
+        reports = list(pool.map(lease_load.run_worker, [url] * workers, range(workers), [shape] * workers,
                                 range(1000, 1000 + workers)))
     events = store.history_events()
     requests = [r for rep in reports for r in rep.requests]
@@ -58,13 +68,13 @@ def max_live_together(events) -> int:
     return most
 
 
-def test_eight_processes_never_hold_conflicting_leases_together_and_all_are_served(store_url):
-    run_load(store_url, workers=8, cycles=100)
+def test_eight_processes_never_hold_conflicting_leases_together_and_all_are_served(lease_load, store_url):
+    run_load(lease_load, store_url, workers=8, cycles=100)
 
 
 @pytest.mark.slow
-def test_thirty_two_processes_500_cycles_never_hold_conflicting_leases_together(store_url):
+def test_thirty_two_processes_500_cycles_never_hold_conflicting_leases_together(lease_load, store_url):
     # More tables and partitions than the 8-process run, so 32 workers overlap about as often.
     tables = [(f"db.t{i}", "maxcompute-standard" if i % 2 else "maxcompute-transactional") for i in range(6)]
-    run_load(store_url, workers=32, cycles=500, tables=tables,
+    run_load(lease_load, store_url, workers=32, cycles=500, tables=tables,
              partitions=tuple(f"ds={d}" for d in range(1, 7)), poll_max=0.2)

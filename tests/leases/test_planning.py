@@ -6,7 +6,7 @@ import random
 
 from occflow.core.declaration import WriteDeclaration
 from occflow.core.profiles import get_profile
-from occflow.leases.planning import DeclaredTask, collisions, plan_pools
+from occflow.lint.planning import DeclaredTask, collisions, plan_pools
 
 DAILY_2AM = tuple(7200.0 + 86400 * d for d in range(35))
 DAILY_4AM = tuple(14400.0 + 86400 * d for d in range(35))

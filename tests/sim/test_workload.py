@@ -10,6 +10,7 @@ import pytest
 
 from occflow.cli import main
 from occflow.sim import WorkloadError, load_workload, parse_workload
+from occflow.sim.workload import Fixed
 
 WORKLOADS = Path(__file__).resolve().parents[2] / "bench" / "workloads"
 
@@ -125,3 +126,102 @@ def test_cli_reports_a_malformed_workload_and_an_unknown_policy(tmp_path: Path,
     assert "w.yaml: jobs[0].duration.lognormal.sigma: is required" in capsys.readouterr().err
     assert main(["simulate", str(WORKLOADS / "merge_heavy.yaml"), "--policy", "fifo"]) == 2
     assert "unknown policy 'fifo'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "named", "says"),
+    [
+        (["jobs", 0, "count"], 10_000_000, "jobs[0].count", "must be <= 100000, got 10000000"),
+        (["jobs", 0, "count"], "1e12", "jobs[0].count", "write the number as 1.0e+12"),
+        (["jobs", 0, "duration"], {"fixed": 1e12}, "jobs[0].duration.fixed", "must be <= 31536000"),
+        (["jobs", 0, "arrival"], {"uniform": [0, float("inf")]}, "jobs[0].arrival.uniform[1]", "a finite number"),
+        (["jobs", 0, "duration", "lognormal", "sigma"], 50, "jobs[0].duration.lognormal.sigma", "must be <= 5"),
+        (["tables", 0, "partitions"], 10_000_000, "tables[0].partitions", "between 1 and 100000"),
+        (["slots"], 10**9, "slots", "must be <= 10000"),
+        (["policies"], {"naive": {"retry_delay": 1e9}}, "policies.naive.retry_delay", "must be <= 31536000"),
+    ],
+)
+def test_a_runaway_value_is_refused_naming_the_bound(path: list[Any], value: Any, named: str, says: str) -> None:
+    with pytest.raises(WorkloadError) as error:
+        parse_workload(_broken(path, value), "huge.yaml")
+    assert str(error.value).startswith(f"huge.yaml: {named}:"), str(error.value)
+    assert says in str(error.value)
+
+
+def test_the_jobs_of_a_workload_are_bounded_in_all() -> None:
+    data = _broken(["jobs", 0, "count"], 60_000)
+    data["jobs"].append(dict(data["jobs"][0]))
+    with pytest.raises(WorkloadError, match=r"huge.yaml: jobs: 120003 jobs in all; a workload holds at most 100000"):
+        parse_workload(data, "huge.yaml")
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "w.yaml"
+    path.write_text(text)
+    return path
+
+
+SMALL = "slots: 2\ntables: [{name: t, profile: delta-serializable, partitions: 2}]\n"
+
+
+def test_a_duplicate_key_is_named_with_its_lines(tmp_path: Path) -> None:
+    path = _write(tmp_path, SMALL + "jobs:\n  - table: t\n    operation: merge\n    count: 3\n"
+                  "    duration: 5\n    count: 3000\n")
+    with pytest.raises(WorkloadError, match=r"w.yaml: duplicate key 'count' on line 8 \(first on line 6\)"):
+        load_workload(path)
+
+
+def test_a_merge_key_may_be_overridden(tmp_path: Path) -> None:
+    path = _write(tmp_path, SMALL + "jobs:\n  - &base {table: t, operation: merge, duration: 5}\n"
+                  "  - {<<: *base, duration: 7}\n")
+    assert [spec.duration for spec in load_workload(path).specs] == [Fixed(5), Fixed(7)]
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (SMALL + "jobs: " + "[" * 5000 + "]" * 5000 + "\n", "nested deeper than 32 levels"),
+        (
+            SMALL + "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+            + "".join(f"{n}: &{n} [{', '.join([f'*{p}'] * 10)}]\n" for p, n in zip("abcdefgh", "bcdefghi", strict=True))
+            + "jobs: *i\n",
+            "more than 200000 values once aliases are expanded",
+        ),
+        (SMALL + "jobs: &j [*j]\n", "an alias refers to a value it is inside of"),
+        ("slots: [1,\n", "not valid YAML: expected the node content, but found '<stream end>' (line 2, column 1)"),
+    ],
+    ids=["deep", "alias-bomb", "recursive-alias", "syntax"],
+)
+def test_a_pathological_yaml_file_is_one_clear_error(tmp_path: Path, text: str, says: str) -> None:
+    with pytest.raises(WorkloadError) as error:
+        load_workload(_write(tmp_path, text))
+    assert says in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_huge_or_binary_file_is_refused_before_parsing(tmp_path: Path) -> None:
+    path = tmp_path / "w.yaml"
+    path.write_text(SMALL + "# padding\n" * 200_000)
+    with pytest.raises(WorkloadError, match="w.yaml: larger than 1000000 bytes"):
+        load_workload(path)
+    path.write_bytes(b"slots: \xff\xfe\n")
+    with pytest.raises(WorkloadError, match="w.yaml: not UTF-8 text"):
+        load_workload(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (SMALL + "jobs: [{table: t, operation: merge, duration: 5, count: 10000000}]\n",
+         "jobs[0].count: must be <= 100000, got 10000000"),
+        (SMALL + "jobs: [{table: t, operation: merge, duration: 1e12}]\n", "jobs[0].duration: expected a number"),
+        (SMALL + "jobs: [{table: t, operation: merge, duration: 5, count: 2, count: 3}]\n", "duplicate key 'count'"),
+        (SMALL + "jobs: " + "[" * 5000 + "]" * 5000 + "\n", "nested deeper than 32 levels"),
+    ],
+    ids=["count", "exponent", "duplicate", "deep"],
+)
+def test_cli_exits_2_with_one_line_for_a_bad_file(tmp_path: Path, text: str, says: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", str(_write(tmp_path, text))]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and says in captured.err and "Traceback" not in captured.err

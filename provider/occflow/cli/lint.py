@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
-from ..leases.dagscan import scan_dag_folder
-from ..leases.planning import collisions
+from ..lint.dagscan import scan_dag_folder
+from ..lint.planning import collisions
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

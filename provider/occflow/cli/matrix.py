@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from tabulate import tabulate
+
 from ..core.profiles import PROFILES, get_profile
 from ..core.render import matrix_json, matrix_markdown, matrix_table
 
@@ -45,7 +47,10 @@ def _profiles(args: argparse.Namespace) -> int:
             for p in PROFILES.values()
         ], indent=2))
         return 0
-    for p in PROFILES.values():
-        failing = sum(c.later_fails for c in p.cells)
-        print(f"{p.name:28} {p.title} — {len(p.operations)} operations, {failing}/{len(p.cells)} cells fail the later job")
+    rows = [
+        (p.name, f"{p.title} — {len(p.operations)} operations, "
+         f"{sum(c.later_fails for c in p.cells)}/{len(p.cells)} cells fail the later job")
+        for p in PROFILES.values()
+    ]
+    print(tabulate(rows, tablefmt="plain", disable_numparse=True))
     return 0

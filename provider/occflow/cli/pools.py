@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
-from ..leases.dagscan import scan_dag_folder
-from ..leases.planning import PlannedPool, plan_pools
+from ..lint.dagscan import scan_dag_folder
+from ..lint.planning import PlannedPool, plan_pools
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -51,6 +51,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _sync(args: argparse.Namespace) -> int:
     pools = _planned(args)
+    # Only `sync` needs Airflow's ORM: importing it reads AIRFLOW_HOME's configuration.
     from airflow.models.pool import Pool
 
     for p in pools:

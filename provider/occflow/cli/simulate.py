@@ -6,7 +6,10 @@ import argparse
 import json
 from collections.abc import Sequence
 
+from tabulate import tabulate
+
 from ..sim import POLICY_NAMES, Run, load_workload, parse_policies, simulate
+from ..sim.plot import plot_runs
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -37,8 +40,6 @@ def _simulate(args: argparse.Namespace) -> int:
     else:
         print(runs_table(runs))
     if args.plot:
-        from ..sim.plot import plot_runs
-
         out = plot_runs(runs, args.plot)
         if args.format == "table":
             print(f"\nwrote {out}")
@@ -67,7 +68,7 @@ def runs_table(runs: Sequence[Run]) -> str:
     )
     cols = ("policy", "makespan", "x bound", "useful/slot", "wasted", "wasted %", "failed att",
             "done/skip/fail", "p50 lat", "p95 lat")
-    rows = [cols]
+    rows: list[tuple[str, ...]] = [cols]
     for run in runs:
         m = run.metrics
         rows.append((
@@ -82,8 +83,6 @@ def runs_table(runs: Sequence[Run]) -> str:
             "-" if m.latency_p50 is None else f"{m.latency_p50:.0f}s",
             "-" if m.latency_p95 is None else f"{m.latency_p95:.0f}s",
         ))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
-    lines = [header, ""]
-    for r in rows:
-        lines.append("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))))
-    return "\n".join(lines)
+    # The column names go in as the first row: tabulate pads a real header row 2 wider.
+    align = ("left",) + ("right",) * (len(cols) - 1)
+    return "\n".join([header, "", tabulate(rows, tablefmt="plain", colalign=align, disable_numparse=True)])

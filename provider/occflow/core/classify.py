@@ -4,21 +4,40 @@ The knowledge is the marker table in ``classifiers/markers.py``; this module onl
 evidence (classes, error classes, text) from the error's chain, finds the markers it holds, picks
 one by ``PRECEDENCE`` and reads the winning commit out of the text where the engine names it.
 Anything without a marker is ``NOT_A_CONFLICT`` and is never retried as a conflict.
+
+An exception is one failure: every exception behind it (``core.causes``) is evidence. A text can
+be a log, many records in order, and there the LAST decisive record wins:
+
+- a record without a level (an exception's text, a traceback) or at ERROR level decides: a
+  conflict if it holds a marker, else not a conflict (a later ``java.lang.OutOfMemoryError``
+  after a conflict means the job failed for another reason);
+- a line showing the commit succeeded (``LOG_LINES``, e.g. Iceberg's "Committed snapshot")
+  decides: not a conflict, whatever was logged before;
+- a record at WARN / INFO level decides only with a conflict in it, and not even then when it
+  is an engine retrying its own commit (Iceberg's ``Tasks`` logs "Retrying task after failure"
+  at WARN with the conflict): that is not evidence of this failure, unless the engine then gives
+  up on the write ("Data source write support ... aborted.");
+- a failure reported without its cause (Airflow's "Task failed with exception") decides nothing.
 """
 
 from __future__ import annotations
 
+import bisect
 import datetime as _dt
 import re
 from dataclasses import dataclass
 
 from .classifiers.evidence import (
     ERROR_CLASS_IN_TEXT,
+    MAX_TEXT,
     QUALIFIED_CLASS_IN_TEXT,
     Frame,
+    LogRecord,
+    RecordLevel,
     frames_of,
+    log_records,
 )
-from .classifiers.markers import COMPILED, MARKERS, PRECEDENCE, Evidence, Marker
+from .classifiers.markers import COMPILED, LOG_LINES_COMPILED, MARKERS, PRECEDENCE, Evidence, LineRole, Marker
 from .kinds import Classification, ConflictKind, WinningCommit
 
 __all__ = ["classify", "Classification", "ConflictKind"]
@@ -30,33 +49,16 @@ _RANK: dict[ConflictKind, int] = {kind: i for i, kind in enumerate(PRECEDENCE)}
 
 
 def classify(error: object) -> Classification:
-    """Classify an exception (with its cause chain), its text, or an ``ErrorInfo``-like record.
+    """Classify an exception (with everything behind it), a text or log tail, or an ``ErrorInfo``.
 
     Raises ``TypeError`` only for something that is none of these (e.g. ``None``).
     """
+    if isinstance(error, str):
+        return _classify_log(error[-MAX_TEXT:])
     frames = frames_of(error)
     text = "\n".join(_frame_text(f) for f in frames)
-    found = _matches(frames, text)
-    outer_class = next((c for f in frames for c in f.classes[:1]), None)
-    if not found:
-        return Classification(
-            kind=ConflictKind.NOT_A_CONFLICT,
-            engine="unknown",
-            reason=f"no conflict marker in the error: {_first_line(text)}",
-            exception_class=outer_class,
-            error_class=next((f.error_class for f in frames if f.error_class), None),
-        )
-    # min() keeps the first of equal rank: structured evidence from the outermost frame.
-    hit = min(found, key=lambda h: _RANK[h.marker.kind])
-    marker = hit.marker
-    return Classification(
-        kind=marker.kind,
-        engine=marker.engine,
-        reason=f"{marker.evidence.value} {_short(hit.evidence)!r} is {marker.kind.value} (source: {marker.source})",
-        winning_commit=_winning_commit(marker.engine, text),
-        exception_class=hit.exception_class or outer_class,
-        error_class=hit.error_class or next((f.error_class for f in frames if f.error_class), None),
-    )
+    hits = _frame_hits(frames) + [hit for _, hit in _text_hits(text)]
+    return _classification(hits, frames, text)
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,31 @@ class _Hit:
     evidence: str
 
 
-def _matches(frames: list[Frame], text: str) -> list[_Hit]:
+def _classification(hits: list[_Hit], frames: list[Frame], text: str, why_not: str | None = None) -> Classification:
+    outer_class = next((c for f in frames for c in f.classes[:1]), None)
+    first_error_class = next((f.error_class for f in frames if f.error_class), None)
+    if not hits:
+        return Classification(
+            kind=ConflictKind.NOT_A_CONFLICT,
+            engine="unknown",
+            reason=why_not or f"no conflict marker in the error: {_first_line(text)}",
+            exception_class=outer_class,
+            error_class=first_error_class,
+        )
+    # min() keeps the first of equal rank: structured evidence from the outermost frame.
+    hit = min(hits, key=lambda h: _RANK[h.marker.kind])
+    marker = hit.marker
+    return Classification(
+        kind=marker.kind,
+        engine=marker.engine,
+        reason=f"{marker.evidence.value} {_short(hit.evidence)!r} is {marker.kind.value} (source: {marker.source})",
+        winning_commit=_winning_commit(marker.engine, text),
+        exception_class=hit.exception_class or outer_class,
+        error_class=hit.error_class or first_error_class,
+    )
+
+
+def _frame_hits(frames: list[Frame]) -> list[_Hit]:
     hits: list[_Hit] = []
     for frame in frames:
         for name in frame.classes:
@@ -82,19 +108,90 @@ def _matches(frames: list[Frame], text: str) -> list[_Hit]:
                 hits.append(
                     _Hit(marker, frame.classes[0] if frame.classes else None, frame.error_class, frame.error_class)
                 )
+    return hits
+
+
+def _text_hits(text: str) -> list[tuple[int, _Hit]]:
+    """Markers in ``text``, each with the offset where it starts."""
+    hits: list[tuple[int, _Hit]] = []
     for match in QUALIFIED_CLASS_IN_TEXT.finditer(text):
         marker = _BY_CLASS.get(match.group(1))
         if marker is not None:
-            hits.append(_Hit(marker, match.group(1), None, match.group(1)))
+            hits.append((match.start(), _Hit(marker, match.group(1), None, match.group(1))))
     for match in ERROR_CLASS_IN_TEXT.finditer(text):
         marker = _BY_ERROR_CLASS.get(match.group(1))
         if marker is not None:
-            hits.append(_Hit(marker, None, match.group(1) + match.group(2), match.group(0)))
+            hits.append((match.start(), _Hit(marker, None, match.group(1) + match.group(2), match.group(0))))
     for marker in _BY_MESSAGE:
-        found = COMPILED[marker.value].search(text)
-        if found:
-            hits.append(_Hit(marker, None, None, found.group(0).strip()))
+        for match in COMPILED[marker.value].finditer(text):
+            hits.append((match.start(), _Hit(marker, None, None, match.group(0).strip())))
     return hits
+
+
+# --------------------------------------------------------------------------- a log, in order
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """The record that decides a log, and what it holds (no hits: not a conflict)."""
+
+    record: int
+    hits: list[_Hit]
+    why_not: str | None = None
+
+
+def _classify_log(text: str) -> Classification:
+    frames = frames_of(text)
+    records = log_records(text)
+    starts = [record.start for record in records]
+    hits_in: dict[int, list[_Hit]] = {}
+    for offset, hit in _text_hits(text):
+        hits_in.setdefault(bisect.bisect_right(starts, offset) - 1, []).append(hit)
+    if not hits_in:
+        return _classification([], frames, text)
+    roles: dict[int, LineRole] = {}
+    for offset, role in sorted(
+        (match.start(), line.role) for line, pattern in LOG_LINES_COMPILED for match in pattern.finditer(text)
+    ):
+        roles[bisect.bisect_right(starts, offset) - 1] = role  # the last such line of a record counts
+    verdict = _decide(records, hits_in, roles)
+    if verdict is None:
+        retried = [i for i in hits_in if _is_retry(records[i])]
+        why = None
+        if retried:
+            why = (f"a conflict logged at WARN/INFO is the engine's own retry, not this failure: "
+                   f"{_short(records[retried[-1]].first_line)}")
+        return _classification([], frames, text, why)
+    end = starts[verdict.record + 1] if verdict.record + 1 < len(starts) else len(text)
+    return _classification(verdict.hits, frames, text[starts[verdict.record]:end], verdict.why_not)
+
+
+def _decide(records: list[LogRecord], hits_in: dict[int, list[_Hit]], roles: dict[int, LineRole]) -> _Verdict | None:
+    """The last decisive record of a log (the rules are in the module docstring)."""
+    verdict: _Verdict | None = None
+    retried: int | None = None  # the last conflict an engine logged as its own retry
+    for i, record in enumerate(records):
+        hits, role = hits_in.get(i), roles.get(i)
+        if hits and _is_retry(record):
+            retried = i
+        elif hits:
+            verdict, retried = _Verdict(i, hits), None
+        elif role is LineRole.COMMITTED:
+            why = f"a later line shows the commit succeeded: {_short(record.first_line)}"
+            verdict, retried = _Verdict(i, [], why), None
+        elif role is LineRole.GAVE_UP:
+            if retried is not None:  # the engine's retries ended in giving up the write
+                verdict, retried = _Verdict(retried, hits_in[retried]), None
+        elif role is not LineRole.REPORT and record.level is not RecordLevel.LOW:
+            why = f"the last error in the log is not a conflict: {_short(record.first_line)}"
+            verdict, retried = _Verdict(i, [], why), None
+    return verdict
+
+
+def _is_retry(record: LogRecord) -> bool:
+    return record.level is RecordLevel.LOW and any(
+        line.role is LineRole.RETRYING and pattern.search(record.first_line) for line, pattern in LOG_LINES_COMPILED
+    )
 
 
 def _frame_text(frame: Frame) -> str:

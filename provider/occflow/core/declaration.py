@@ -12,13 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidDeclarationError, InvalidFootprintError
+from .identifiers import canonical_table, canonical_value, table_parts
 from .operations import Operation
 from .profiles import Profile, get_profile
 
-# catalog.db.table, db.table or table; each part a plain identifier or a back-quoted one
-# without back-quotes inside. Anything else (spaces, quotes, semicolons, comments) is refused.
-_IDENT = r"(?:[A-Za-z_][A-Za-z0-9_]*|`[^`\s;]+`)"
-_TABLE_RE = re.compile(rf"^{_IDENT}(?:\.{_IDENT}){{0,3}}$")
 _PARTITION_COLUMN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TEMPLATE_RE = re.compile(r"\{\{.*?\}\}|\{%.*?%\}")
 
@@ -32,32 +29,30 @@ FORMAT_DEFAULT_PROFILE = {
 
 def validate_table_identifier(table: str) -> str:
     """``table`` if it is a safe identifier (``catalog.db.table``), else an error saying why."""
-    if not isinstance(table, str) or not table:
-        raise InvalidDeclarationError(f"table identifier must be a non-empty string, got {table!r}")
-    if not _TABLE_RE.match(table):
-        raise InvalidDeclarationError(
-            f"invalid table identifier {table!r}: use catalog.db.table with letters, digits and "
-            "underscores (or `back-quoted` parts without spaces, quotes or semicolons)"
-        )
+    table_parts(table)
     return table
 
 
 def partition_key(values: Mapping[str, Any]) -> str:
-    """``{"ds": "2024-01-01", "country": "NL"}`` -> ``"ds=2024-01-01/country=NL"`` (keys sorted)."""
+    """``{"ds": "2024-01-01", "country": "NL"}`` -> ``"country=NL/ds=2024-01-01"``: columns
+    sorted and lower-cased, values canonical (``1``, ``1.0`` and ``"1"`` are one value)."""
     if not isinstance(values, Mapping) or not values:
         raise InvalidFootprintError(
             f"a partition spec is a non-empty mapping of column to value, got {values!r}"
         )
     parts = []
-    for column in sorted(values):
-        if not isinstance(column, str) or not _PARTITION_COLUMN_RE.match(column):
+    for column in values:
+        if not isinstance(column, str) or not _PARTITION_COLUMN_RE.fullmatch(column):
             raise InvalidFootprintError(f"invalid partition column {column!r}: use letters, digits, _")
+    if len({c.lower() for c in values}) != len(values):
+        raise InvalidFootprintError(f"partition spec {dict(values)!r} names one column twice (columns ignore case)")
+    for column in sorted(values, key=str.lower):
         value = values[column]
         if value is None or isinstance(value, (dict, list, tuple, set)):
             raise InvalidFootprintError(
                 f"partition value for {column!r} must be a scalar, got {value!r}"
             )
-        parts.append(f"{column}={value}")
+        parts.append(f"{column.lower()}={canonical_value(column, value)}")
     return "/".join(parts)
 
 
@@ -71,6 +66,13 @@ class WriteDeclaration:
     partitions: tuple[Mapping[str, Any], ...] | None = None
     # A MERGE/UPDATE/DELETE whose condition names no partition reads the whole table (spec 003).
     reads_whole_table: bool = False
+    # The engine's default catalog, so that ``db.t`` and ``lake.db.t`` are one table to admission.
+    catalog: str | None = None
+
+    @property
+    def table_key(self) -> str:
+        """The table's canonical identity (see ``core.identifiers.canonical_table``)."""
+        return canonical_table(self.table, self.catalog)
 
     @classmethod
     def create(

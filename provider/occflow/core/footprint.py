@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import operator
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from .errors import InvalidFootprintError
 from .kinds import ConflictKind
@@ -12,6 +15,9 @@ from .operations import Operation
 #: A partition key: ``"ds=2024-01-01/country=NL"``; ``""`` is the single partition of an
 #: unpartitioned table.
 PartitionKey = str
+
+_COLUMN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+V = TypeVar("V")
 
 
 @dataclass(frozen=True, order=True)
@@ -75,6 +81,59 @@ def partitions(values: Iterable[PartitionKey] | None) -> frozenset[PartitionKey]
         if not isinstance(key, str):
             raise InvalidFootprintError(f"partition key {key!r} is not a string like 'ds=2024-01-01'")
     return out
+
+
+def parse_partition_key(key: PartitionKey) -> dict[str, str]:
+    """``"ds=2024-01-01/country=NL"`` -> ``{"ds": "2024-01-01", "country": "NL"}``."""
+    if not isinstance(key, str) or not key.strip():
+        raise InvalidFootprintError(f"a partition key is a non-empty string like 'ds=2024-01-01', got {key!r}")
+    spec: dict[str, str] = {}
+    for part in key.split("/"):
+        column, sep, value = part.partition("=")
+        if not sep or not _COLUMN_RE.match(column) or value == "":
+            raise InvalidFootprintError(
+                f"malformed partition key {key!r}: expected column=value pairs joined by '/', "
+                "like 'ds=2024-01-01/country=NL'"
+            )
+        if column in spec:
+            raise InvalidFootprintError(f"malformed partition key {key!r}: column {column!r} twice")
+        spec[column] = value
+    return spec
+
+
+def specs_overlap(a: Mapping[str, V], b: Mapping[str, V], same: Callable[[V, V], bool] = operator.eq) -> bool:
+    """Two partition specs may hold the same rows unless they disagree on a column both constrain.
+
+    ``ds=1`` overlaps ``ds=1/country=NL`` and ``country=NL``; ``ds=1`` and ``ds=2`` do not.
+    ``same`` says whether two values may name one partition (the DAG linter lets a Jinja
+    template match any value).
+    """
+    return all(same(a[c], b[c]) for c in a.keys() & b.keys())
+
+
+def overlapping_specs(
+    a: Iterable[Mapping[str, V]], b: Sequence[Mapping[str, V]], same: Callable[[V, V], bool] = operator.eq
+) -> tuple[Mapping[str, V], Mapping[str, V]] | None:
+    """The first pair of specs, one from each footprint, that may hold the same rows."""
+    for x in a:
+        for y in b:
+            if specs_overlap(x, y, same):
+                return x, y
+    return None
+
+
+def footprints_overlap(a: frozenset[PartitionKey] | None, b: frozenset[PartitionKey] | None) -> bool:
+    """Whether two footprints of one table (partition keys; ``None`` = the whole table) overlap.
+
+    They overlap unless they disagree on a column both constrain; the whole table overlaps
+    everything. Admission and the DAG linter both decide overlap by this rule.
+    """
+    if a is None or b is None:
+        return True
+    if a & b:
+        return True  # a shared key: no need to parse
+    specs_b = [parse_partition_key(k) for k in b]
+    return overlapping_specs((parse_partition_key(k) for k in a), specs_b) is not None
 
 
 #: A commit validator for footprint-rule profiles: given the committing transaction and one

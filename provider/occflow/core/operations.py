@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 import re
 
+from .errors import UnknownOperationError
+
 
 class Operation(str, enum.Enum):
     INSERT_OVERWRITE = "insert_overwrite"
@@ -118,8 +120,6 @@ def parse_operation(text: str | Operation) -> Operation:
 
     Raises ``UnknownOperationError`` naming the known spellings.
     """
-    from .errors import UnknownOperationError
-
     if isinstance(text, Operation):
         return text
     if not isinstance(text, str) or not text.strip():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from tabulate import tabulate
+
 from .profiles import Cell, Profile
 
 
@@ -23,17 +25,11 @@ def matrix_table(profile: Profile) -> str:
     ops = profile.operations
     header = ["earlier \\ later"] + [op.value for op in ops]
     rows = [[a.value] + [_short(profile.cell(a, b)) for b in ops] for a in ops]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
-
-    out = [f"{profile.name}: {profile.title} ({profile.isolation})", line(header)]
-    out.append("  ".join("-" * w for w in widths))
-    out.extend(line(r) for r in rows)
-    out.append("rows: the job that commits first; columns: the job that commits later, on the same "
-               "table or partition")
-    return "\n".join(out)
+    return "\n".join([
+        f"{profile.name}: {profile.title} ({profile.isolation})",
+        tabulate(rows, headers=header, tablefmt="simple", disable_numparse=True),
+        "rows: the job that commits first; columns: the job that commits later, on the same table or partition",
+    ])
 
 
 def matrix_markdown(profile: Profile) -> str:

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.errors import InvalidDeclarationError
+from ..operators.delta import DeltaWriteOperator
+from ..operators.spark import SparkWriteOperator
 
 ENGINES = ("spark", "delta-rs")
 
@@ -38,13 +40,7 @@ class OccflowWriteTask:
         functools.update_wrapper(self, fn)
 
     def _operator_class(self) -> type[Any]:
-        if self.engine == "delta-rs":
-            from ..operators.delta import DeltaWriteOperator
-
-            return DeltaWriteOperator
-        from ..operators.spark import SparkWriteOperator
-
-        return SparkWriteOperator
+        return DeltaWriteOperator if self.engine == "delta-rs" else SparkWriteOperator
 
     def _kwargs(self, overrides: dict[str, Any]) -> dict[str, Any]:
         return {"task_id": self.fn.__name__, **self.operator_kwargs, **overrides, "job": self.fn}

@@ -7,15 +7,15 @@ runner over every pair of its profile's operations and compares each observation
 of profiles (the engine's own profile and the documented matrices), cell by cell. Divergences are
 rows like any other: they are listed, never dropped.
 
-Engines plug in through a module that exposes ``conformance_runners(workdir)``: a context manager
-yielding the engine's runners (one per isolation level it runs, for example), and optionally
-``conformance_meta() -> dict[str, str]`` (library versions, shown with the report). The modules
-are named in :data:`ENGINE_MODULES`, so the CLI and the tests find every engine the same way.
+Engines plug in through their folder's ``conformance_runners(workdir)``: a context manager
+yielding the engine's runners (one per isolation level it runs, for example), and
+``conformance_meta() -> dict[str, str]`` (library versions, shown with the report). This module
+knows no engine: the CLI (``occflow.cli.conformance``) names them and hands their runners to
+:func:`run_runners`.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -24,9 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from tabulate import tabulate
+
 from ..core.errors import InvalidDeclarationError
 from ..core.kinds import ConflictKind
-from ..core.operations import Operation
+from ..core.operations import Operation, parse_operation
 from ..core.profiles import Profile, get_profile
 
 
@@ -225,8 +227,6 @@ class ConformanceReport:
 
 def parse_pair(text: str) -> tuple[Operation, Operation]:
     """``"truncate:insert_into"`` -> the ordered pair; anything else is an error saying the form."""
-    from ..core.operations import parse_operation
-
     earlier, sep, later = text.partition(":")
     if not sep or not earlier.strip() or not later.strip():
         raise InvalidDeclarationError(f"pair {text!r} is not EARLIER:LATER (e.g. truncate:insert_into)")
@@ -271,59 +271,27 @@ def run_runner(
     return RunnerResult(runner.engine, runner.profile, label, tuple(observed), tuple(comparisons), seconds)
 
 
-#: Engines with a conformance runner: name -> module exposing ``conformance_runners(workdir)``.
-ENGINE_MODULES: dict[str, str] = {
-    "delta-rs": "occflow.engines.deltars",
-    "spark-iceberg": "occflow.engines.iceberg_conformance",
-}
-
+#: An engine's ``conformance_runners``: its runners for tables under a work directory.
 RunnerFactory = Callable[[Path], AbstractContextManager[Sequence[PairRunner]]]
 
 
-def runner_factory(engine: str) -> RunnerFactory:
-    """The ``conformance_runners`` of ``engine``; an unknown engine is an error naming the known."""
-    try:
-        module_name = ENGINE_MODULES[engine]
-    except KeyError:
-        raise InvalidDeclarationError(
-            f"unknown conformance engine {engine!r}; known engines: {', '.join(ENGINE_MODULES)}"
-        ) from None
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and module_name.startswith(exc.name):
-            raise InvalidDeclarationError(
-                f"conformance engine {engine!r} is not available: its module {module_name} is missing"
-            ) from None
-        raise
-    factory: RunnerFactory | None = getattr(module, "conformance_runners", None)
-    if factory is None:
-        raise InvalidDeclarationError(
-            f"conformance engine {engine!r}: {module_name} has no conformance_runners(workdir)"
-        )
-    return factory
-
-
-def run_engine(
+def run_runners(
     engine: str,
+    runners: RunnerFactory,
     workdir: Path,
     progress: Callable[[Operation, Operation, Observation], None] | None = None,
     only: Sequence[tuple[Operation, Operation]] | None = None,
+    meta: Callable[[], dict[str, str]] | None = None,
 ) -> ConformanceReport:
-    """Every runner of ``engine`` over all its pairs (or ``only`` those), tables in ``workdir``."""
+    """Every runner of ``engine`` over all its pairs (or ``only`` those), tables in ``workdir``;
+    ``meta`` says what the engine is (library versions) for the report."""
     start = time.perf_counter()
     results: list[RunnerResult] = []
-    with runner_factory(engine)(workdir) as runners:
-        for runner in runners:
+    with runners(workdir) as found:
+        for runner in found:
             results.append(run_runner(runner, only=only, progress=progress))
-    return ConformanceReport(engine, tuple(results), time.perf_counter() - start, engine_meta(engine))
-
-
-def engine_meta(engine: str) -> dict[str, str]:
-    """What the engine module says about itself (library versions) via ``conformance_meta()``."""
-    module = importlib.import_module(ENGINE_MODULES[engine])  # imported by runner_factory already
-    meta: Callable[[], dict[str, str]] | None = getattr(module, "conformance_meta", None)
-    return {} if meta is None else dict(meta())
+    seconds = time.perf_counter() - start
+    return ConformanceReport(engine, tuple(results), seconds, {} if meta is None else dict(meta()))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -358,15 +326,21 @@ def render_table(report: ConformanceReport) -> str:
                 f"  vs {comp.profile}: {comp.covered} cells covered, {len(comp.agreeing)} agree, "
                 f"{len(comp.diverging)} diverge"
             )
-            for row in comp.diverging:
-                lines.append(
-                    f"    {row.earlier.value:>16} -> {row.later.value:<16} predicted "
-                    f"{_mark(row.predicted_fails, row.predicted_kind):<34} observed "
-                    f"{_mark(row.observed_fails, row.observed_kind)}"
-                )
+            if comp.diverging:
+                rows = [
+                    [f"{row.earlier.value} -> {row.later.value}", _mark(row.predicted_fails, row.predicted_kind),
+                     _mark(row.observed_fails, row.observed_kind)]
+                    for row in comp.diverging
+                ]
+                lines.extend(_indent(tabulate(rows, headers=["pair", "predicted", "observed"]), "    "))
         lines.append("  observed matrix (rows: earlier, columns: later; x = later fails):")
-        lines.extend("  " + line for line in _grid(result))
+        headers, cells = _grid_cells(result)
+        lines.extend(_indent(tabulate(cells, headers=headers, tablefmt="plain", stralign="right"), "  "))
     return "\n".join(lines)
+
+
+def _indent(text: str, prefix: str) -> list[str]:
+    return [prefix + line for line in text.splitlines()]
 
 
 _ABBREV: dict[Operation, str] = {
@@ -384,23 +358,30 @@ _ABBREV: dict[Operation, str] = {
 }
 
 
-def _grid(result: RunnerResult) -> list[str]:
+def _grid_cells(result: RunnerResult) -> tuple[list[str], list[list[str]]]:
+    """The observed matrix: a header of abbreviated operations, one row per earlier operation."""
     ops: list[Operation] = []
     for a, b, _ in result.observations:
         for op in (a, b):
             if op not in ops:
                 ops.append(op)
     seen = {(a, b): obs for a, b, obs in result.observations}
-    abbrev = {op: _ABBREV.get(op, op.value[:7]) for op in ops}
-    width = max(len(op.value) for op in ops)
-    out = [" " * width + " " + " ".join(f"{abbrev[op]:>7}" for op in ops)]
+    rows = []
     for a in ops:
-        cells = []
+        marks = []
         for b in ops:
             obs = seen.get((a, b))
-            mark = "" if obs is None else ("!" if not obs.valid else ("x" if obs.later_fails else "."))
-            cells.append(f"{mark:>7}")
-        out.append(f"{a.value:>{width}} " + " ".join(cells))
+            marks.append("" if obs is None else ("!" if not obs.valid else ("x" if obs.later_fails else ".")))
+        rows.append([a.value, *marks])
+    return ["", *(_ABBREV.get(op, op.value[:7]) for op in ops)], rows
+
+
+def _grid(result: RunnerResult) -> list[str]:
+    """The observed matrix in fixed-width columns (the docs pages keep this exact layout)."""
+    headers, rows = _grid_cells(result)
+    width = max((len(row[0]) for row in rows), default=0)
+    out = [" " * width + " " + " ".join(f"{h:>7}" for h in headers[1:])]
+    out.extend(f"{row[0]:>{width}} " + " ".join(f"{mark:>7}" for mark in row[1:]) for row in rows)
     return out
 
 

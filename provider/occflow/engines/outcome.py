@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..core.causes import explicit_chain
 from ..core.kinds import Classification
 from ..core.operations import Operation
 
@@ -18,6 +19,19 @@ class ErrorInfo:
     messages: tuple[str, ...]
     error_class: str | None = None
     cause_classes: tuple[str, ...] = ()
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> ErrorInfo:
+        """A Python exception as the outcome records it: class, message chain, cause classes.
+
+        The chain is the one Python's traceback prints (``occflow.core.causes.explicit_chain``).
+        """
+        chain = list(explicit_chain(exc))
+        return cls(
+            exception_class=type(exc).__name__,
+            messages=tuple(str(e) for e in chain),
+            cause_classes=tuple(type(e).__name__ for e in chain[1:]),
+        )
 
     @property
     def text(self) -> str:

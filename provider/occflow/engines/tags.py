@@ -4,36 +4,33 @@ A logical write is one task instance's write: DAG, task, map index and DAG run. 
 ``write_id`` is a hash of exactly those four, so every try and every in-task attempt of the
 task carries the same id, and a retry can ask the table "did this write already land?".
 
-The tag goes on the commit with each table format's own mechanism:
+The tag goes on the commit with each table format's own mechanism, encoded in the engine's
+folder (engines never import each other, so each owns its encoding):
 
 - delta-rs: a Delta ``txn`` action (``app_transactions``: app id ``occflow-<write id>``,
-  version 1) plus the tag in the commit info (``custom_metadata``);
+  version 1) plus the tag in the commit info (``custom_metadata``): ``deltars.deltars_commit``;
 - delta-spark: the ``txnAppId`` / ``txnVersion`` writer options (or their session confs
   ``spark.databricks.delta.write.txnAppId`` / ``txnVersion`` for SQL) plus
-  ``spark.databricks.delta.commitInfo.userMetadata``;
+  ``spark.databricks.delta.commitInfo.userMetadata``: ``spark.delta_spark``;
 - Iceberg on Spark: snapshot summary properties (``snapshot-property.*`` writer options for
-  DataFrame writes; Iceberg's ``CommitMetadata`` commit properties for SQL);
-- MaxCompute: job hints (settings) on the SQL instance.
+  DataFrame writes; Iceberg's ``CommitMetadata`` commit properties for SQL): ``spark.iceberg``;
+- MaxCompute: job hints (settings) on the SQL instance: ``maxcompute.maxcompute_hints``.
 
 The logical date travels in the tag too: before an overwrite, occflow looks for a newer
-logical date's overwrite of the same partition (``verify.newer_overwrite``).
+logical date's overwrite of the same partition (``ledger.newer_overwrite``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core.errors import InvalidDeclarationError
 from ..core.operations import Operation, parse_operation
-
-if TYPE_CHECKING:
-    from .deltars import CommitOptions
 
 PREFIX = "occflow."
 #: The property every tagged commit carries; the other keys describe the write.
@@ -48,7 +45,8 @@ KEYS = {
     "operation": PREFIX + "write-operation",
     "partitions": PREFIX + "write-partitions",
 }
-#: A logical write commits once, so its Delta ``txn`` version is always 1: "this write is done".
+#: A logical write commits once, so its Delta ``txn`` version is always 1: "this write is done"
+#: (shared by delta-rs and delta-spark, which cannot import each other).
 APP_VERSION = 1
 
 Partition = tuple[tuple[str, str], ...]
@@ -211,107 +209,3 @@ class CommitTag:
             f"{'' if self.map_index < 0 else f'[{self.map_index}]'} run {self.run_id}"
             f" (logical date {self.logical_date or 'none'}; {where})"
         )
-
-    # -- each format's mechanism ----------------------------------------------------------
-
-    def deltars_commit(self, base: CommitOptions | None = None) -> CommitOptions:
-        """delta-rs commit options: the ``txn`` action and the tag in the commit info."""
-        from .deltars import CommitOptions
-
-        metadata = {**(base.metadata if base is not None else {}), **self.properties()}
-        return CommitOptions(
-            metadata=metadata,
-            app_id=self.app_id,
-            app_version=APP_VERSION,
-            max_commit_retries=None if base is None else base.max_commit_retries,
-        )
-
-    def delta_spark_write_options(self) -> dict[str, str]:
-        """DataFrame writer options for delta-spark (idempotent writes + user metadata)."""
-        return {
-            "txnAppId": self.app_id,
-            "txnVersion": str(APP_VERSION),
-            "userMetadata": json.dumps(self.properties(), sort_keys=True),
-        }
-
-    def delta_spark_session_conf(self) -> dict[str, str]:
-        """Session confs with the same effect for SQL writes (INSERT / MERGE / UPDATE / DELETE)."""
-        return {
-            "spark.databricks.delta.write.txnAppId": self.app_id,
-            "spark.databricks.delta.write.txnVersion": str(APP_VERSION),
-            "spark.databricks.delta.commitInfo.userMetadata": json.dumps(self.properties(), sort_keys=True),
-        }
-
-    def iceberg_write_options(self) -> dict[str, str]:
-        """DataFrame writer options: each ``snapshot-property.K`` lands in the snapshot summary."""
-        return {f"snapshot-property.{k}": v for k, v in self.properties().items()}
-
-    def maxcompute_hints(self) -> dict[str, str]:
-        """Job settings for a MaxCompute SQL instance (PyODPS ``hints=``)."""
-        return {f"odps.{k}": v for k, v in self.properties().items()}
-
-
-def from_context(context: Any, operation: Operation | str, partitions: Any = None) -> CommitTag | None:
-    """The tag of the task instance in an Airflow ``context``; ``None`` outside a task."""
-    ti = context.get("ti") if hasattr(context, "get") else None
-    if ti is None:
-        return None
-    logical = context.get("logical_date")
-    dag_run = context.get("dag_run")
-    if logical is None and dag_run is not None:
-        # Airflow 3 runs without a logical date (manual, asset-triggered): order by run_after.
-        logical = getattr(dag_run, "logical_date", None) or getattr(dag_run, "run_after", None)
-    return CommitTag.create(
-        str(ti.dag_id),
-        str(ti.task_id),
-        str(ti.run_id),
-        operation,
-        map_index=int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1),
-        logical_date=logical,
-        partitions=partitions,
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Iceberg SQL writes: commit properties through Iceberg's CommitMetadata
-
-_COMMIT_METADATA = "org.apache.iceberg.spark.CommitMetadata"
-
-
-def _commit_properties_local(spark: Any) -> Any:
-    """Iceberg's per-thread commit properties (``CommitMetadata.COMMIT_PROPERTIES``).
-
-    ``CommitMetadata.withCommitProperties(map, callable, exClass)`` sets this thread-local around
-    a Java ``Callable``; from Python we set and clear it ourselves on the JVM thread PySpark
-    pins to this Python thread, which is the thread that runs the SQL and its commit.
-    """
-    jvm = getattr(spark, "_jvm", None)
-    if jvm is None:
-        raise InvalidDeclarationError(
-            "tagging Iceberg SQL commits needs a classic Spark session (py4j); Spark Connect has "
-            "no JVM on the client: use DataFrame writes with tag.iceberg_write_options()"
-        )
-    try:
-        cls = jvm.org.apache.spark.util.Utils.classForName(_COMMIT_METADATA, True, False)
-        field = cls.getDeclaredField("COMMIT_PROPERTIES")
-        field.setAccessible(True)
-        return field.get(None)
-    except Exception as exc:
-        raise InvalidDeclarationError(
-            f"this Iceberg runtime has no {_COMMIT_METADATA}.COMMIT_PROPERTIES, so occflow cannot tag "
-            f"its SQL commits: {exc}"
-        ) from exc
-
-
-@contextlib.contextmanager
-def iceberg_commit_properties(spark: Any, tag: CommitTag) -> Iterator[None]:
-    """Every Iceberg commit this thread makes inside carries the tag in its snapshot summary."""
-    local = _commit_properties_local(spark)
-    props = spark._jvm.java.util.HashMap()
-    for key, value in tag.properties().items():
-        props.put(key, value)
-    local.set(props)
-    try:
-        yield
-    finally:
-        local.remove()

@@ -20,6 +20,8 @@ from typing import Any
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from ..engines.spark import SparkConfig
+
 DEFAULT_CONN_ID = "occflow_spark_default"
 CONN_TYPE = "occflow_spark"
 
@@ -33,10 +35,13 @@ def embedded_warehouse() -> str:
     return str(embedded_home() / "warehouse")
 
 
+def default_delta_location(table: str) -> str:
+    """``$OCCFLOW_HOME/delta/<db>/<table>`` (``~/.occflow`` by default) for the embedded default."""
+    return str(embedded_home() / "delta" / table.replace("`", "").replace(".", os.sep))
+
+
 def config_from_connection(host: str | None, extras: Mapping[str, Any]) -> dict[str, Any]:
     """A Spark config dict from a connection's host and extras, validated by ``SparkConfig``."""
-    from ..engines.spark import SparkConfig
-
     data: dict[str, Any] = {}
     for key, value in extras.items():
         # The UI stores nested extras as JSON text.
@@ -81,8 +86,6 @@ class OccflowSparkHook(BaseHook):
             conn = self.get_connection(self.conn_id)
         except AirflowNotFoundException:
             if self.conn_id == DEFAULT_CONN_ID:
-                from ..engines.spark import SparkConfig
-
                 return SparkConfig().to_dict()
             raise
         return config_from_connection(conn.host, conn.extra_dejson or {})

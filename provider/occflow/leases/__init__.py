@@ -1,29 +1,37 @@
 """Admission control: leases on table footprints, granted by the tables' conflict matrices.
 
-See docs/admission.md. ``LeaseStore.from_url(url)`` on SQLite (embedded default) or PostgreSQL.
+See docs/admission.md. ``LeaseStore.from_url(url)`` on SQLite (embedded default) or PostgreSQL;
+``TaskAdmission`` is a task's way in (operators, sensors and triggers use it).
 """
 
 from __future__ import annotations
 
+from ..core.footprint import footprints_overlap, parse_partition_key
+from .admission import TaskAdmission, cached_store, holder_of
 from .config import default_url, make_engine, resolve_store_url, store_url, url_from_connection_uri
+from .keeper import LeaseKeeper
 from .model import (
+    Admission,
     AdmissionPriorities,
+    AdmissionTimeout,
+    Blocker,
+    Claim,
     Holder,
     Lease,
     LeaseLostError,
     LeaseRequest,
     LeaseStoreError,
-    footprints_overlap,
+    NotAdmittedError,
     operations_conflict,
-    parse_partition_key,
 )
-from .store import Admission, AdmissionTimeout, Blocker, LeaseKeeper, LeaseStore
+from .store import LeaseStore
 
 __all__ = [
     "Admission",
     "AdmissionPriorities",
     "AdmissionTimeout",
     "Blocker",
+    "Claim",
     "Holder",
     "Lease",
     "LeaseKeeper",
@@ -31,8 +39,12 @@ __all__ = [
     "LeaseRequest",
     "LeaseStore",
     "LeaseStoreError",
+    "NotAdmittedError",
+    "TaskAdmission",
+    "cached_store",
     "default_url",
     "footprints_overlap",
+    "holder_of",
     "make_engine",
     "operations_conflict",
     "parse_partition_key",

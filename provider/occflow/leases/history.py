@@ -16,9 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.operations import Operation
-from ..core.profiles import get_profile
-from .model import footprints_overlap, operations_conflict
+from .model import Claim
 
 
 @dataclass(frozen=True)
@@ -48,9 +46,8 @@ def check_history(events: Iterable[Mapping[str, Any]]) -> list[Violation]:
                     continue
                 if other["table_name"] != table:
                     continue
-                if footprints_overlap(other["keys"], mine) and operations_conflict(
-                    get_profile(other["profile"]), Operation(other["operation"]),
-                    get_profile(e["profile"]), Operation(e["operation"]),
+                if Claim.of(other["profile"], other["operation"], other["keys"]).blocks(
+                    Claim.of(e["profile"], e["operation"], mine)
                 ):
                     violations.append(
                         Violation(

@@ -2,8 +2,10 @@
 
 A footprint is the table plus either a set of partition keys (``"ds=2024-01-01"``, made by
 ``occflow.core.declaration.partition_key``) or the whole table. Two footprints on the same table
-overlap when either is the whole table or when two of their partition specs agree on every
-column they both name (``ds=1`` overlaps ``ds=1/country=NL``; ``ds=1`` and ``ds=2`` do not).
+overlap unless they disagree on a column both constrain (``occflow.core.footprint``:
+``ds=1`` overlaps ``ds=1/country=NL``; ``ds=1`` and ``ds=2`` do not); a lease blocks a request
+when their footprints overlap and the profiles' matrices say the operations conflict
+(``Claim.blocks``).
 """
 
 from __future__ import annotations
@@ -20,37 +22,36 @@ import pendulum
 
 from ..core.declaration import WriteDeclaration, partition_key, validate_table_identifier
 from ..core.errors import InvalidDeclarationError, InvalidFootprintError, OccflowError
+from ..core.footprint import footprints_overlap, parse_partition_key
 from ..core.operations import Operation
 from ..core.profiles import Profile, get_profile
 
 WHOLE_TABLE = "*"
-_COLUMN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class LeaseStoreError(OccflowError):
     """The lease store cannot be used as configured (bad URL, unreachable database)."""
 
 
+class LeaseStoreUnavailable(LeaseStoreError):
+    """A call to the store's database failed: unreachable, locked past its busy timeout, or
+    not a database. It may pass (a restart, a lock let go), so waiters retry it for a while."""
+
+
 class LeaseLostError(OccflowError):
-    """A heartbeat came too late: the lease expired and may have been granted to someone else."""
+    """The lease is not (or may not be) live any more: it lapsed, its heartbeats failed past its
+    validity, or a later try of the task took it over. A write holding it must not commit."""
 
 
-def parse_partition_key(key: str) -> dict[str, str]:
-    """``"ds=2024-01-01/country=NL"`` -> ``{"ds": "2024-01-01", "country": "NL"}``."""
-    if not isinstance(key, str) or not key.strip():
-        raise InvalidFootprintError(f"a partition key is a non-empty string like 'ds=2024-01-01', got {key!r}")
-    spec: dict[str, str] = {}
-    for part in key.split("/"):
-        column, sep, value = part.partition("=")
-        if not sep or not _COLUMN_RE.match(column) or value == "":
-            raise InvalidFootprintError(
-                f"malformed partition key {key!r}: expected column=value pairs joined by '/', "
-                "like 'ds=2024-01-01/country=NL'"
-            )
-        if column in spec:
-            raise InvalidFootprintError(f"malformed partition key {key!r}: column {column!r} twice")
-        spec[column] = value
-    return spec
+class NotAdmittedError(OccflowError):
+    """A task resumed from its admission trigger without a granted lease in the event."""
+
+
+def refuse_control_characters(what: str, value: object) -> None:
+    """Refuse text a database would lose or reject (PostgreSQL refuses NUL outright)."""
+    if not isinstance(value, str) or _CONTROL_RE.search(value):
+        raise InvalidDeclarationError(f"{what} {value!r} must be text without control characters (NUL, newline, ...)")
 
 
 def normalise_partition_keys(partitions: Iterable[str | Mapping[str, Any]]) -> frozenset[str]:
@@ -70,22 +71,6 @@ def normalise_partition_keys(partitions: Iterable[str | Mapping[str, Any]]) -> f
     return frozenset(keys)
 
 
-def specs_overlap(a: Mapping[str, str], b: Mapping[str, str]) -> bool:
-    """Two partition specs may hold the same rows unless they disagree on a shared column."""
-    return all(a[c] == b[c] for c in a.keys() & b.keys())
-
-
-def footprints_overlap(a: frozenset[str] | None, b: frozenset[str] | None) -> bool:
-    """``None`` is the whole table."""
-    if a is None or b is None:
-        return True
-    if a & b:
-        return True
-    specs_a = [parse_partition_key(k) for k in a]
-    specs_b = [parse_partition_key(k) for k in b]
-    return any(specs_overlap(x, y) for x in specs_a for y in specs_b)
-
-
 def operations_conflict(
     profile_a: Profile, op_a: Operation, profile_b: Profile, op_b: Operation
 ) -> bool:
@@ -103,6 +88,28 @@ def operations_conflict(
 
 
 @dataclass(frozen=True)
+class Claim:
+    """What a lease or a waiting request claims: an operation on a footprint, under a profile."""
+
+    profile: Profile
+    operation: Operation
+    partitions: frozenset[str] | None  # None = the whole table
+
+    @classmethod
+    def of(cls, profile: str | Profile, operation: str | Operation, partitions: frozenset[str] | None) -> Claim:
+        """From stored values (a row's profile name and operation value)."""
+        return cls(get_profile(profile), Operation(operation), partitions)
+
+    def blocks(self, other: Claim) -> bool:
+        """Whether the two must not run together: their footprints overlap and the matrices
+        say the operations conflict. The one rule admission, the conflict-free sensor and the
+        history checker apply."""
+        return footprints_overlap(self.partitions, other.partitions) and operations_conflict(
+            self.profile, self.operation, other.profile, other.operation
+        )
+
+
+@dataclass(frozen=True)
 class Holder:
     """Who holds (or waits for) a lease: the Airflow task instance and the process running it."""
 
@@ -117,6 +124,19 @@ class Holder:
         task = f"{self.dag_id}.{self.task_id}" if self.dag_id or self.task_id else "(no task)"
         run = f" run={self.run_id} try={self.try_number}" if self.run_id else ""
         return f"{task}{run} on {self.host} pid {self.pid}"
+
+    def same_task_instance(self, other: Holder) -> bool:
+        """Whether both are tries of one Airflow task instance (anonymous holders never are)."""
+        mine = (self.dag_id, self.task_id, self.run_id)
+        return all(mine) and mine == (other.dag_id, other.task_id, other.run_id)
+
+    def validate(self) -> None:
+        """Refuse text a database would lose or reject (PostgreSQL refuses NUL outright)."""
+        for name in ("dag_id", "task_id", "run_id", "host"):
+            refuse_control_characters(f"holder {name}", getattr(self, name))
+        for name in ("try_number", "pid"):
+            if not isinstance(getattr(self, name), int):
+                raise InvalidDeclarationError(f"holder {name} must be an integer, got {getattr(self, name)!r}")
 
 
 @dataclass(frozen=True)
@@ -181,6 +201,8 @@ class LeaseRequest:
                 f"no footprint for {table}: name the partitions written, or whole_table=True"
             )
         keys = None if whole_table else normalise_partition_keys(partitions or [])
+        holder = holder or Holder()
+        holder.validate()
         for name, value in (("ttl", ttl), ("queue_ttl", queue_ttl)):
             if not isinstance(value, (int, float)) or value <= 0:
                 raise InvalidDeclarationError(f"{name} must be a positive number of seconds, got {value!r}")
@@ -189,7 +211,7 @@ class LeaseRequest:
             profile=prof,
             operation=op,
             partitions=keys,
-            holder=holder or Holder(),
+            holder=holder,
             ttl=float(ttl),
             queue_ttl=float(queue_ttl),
             request_id=request_id or uuid.uuid4().hex,
@@ -209,6 +231,10 @@ class LeaseRequest:
             holder=holder,
             **kwargs,
         )
+
+    @property
+    def claim(self) -> Claim:
+        return Claim(self.profile, self.operation, self.partitions)
 
     def describe(self) -> str:
         where = "whole table" if self.partitions is None else ", ".join(sorted(self.partitions))
@@ -231,9 +257,12 @@ class LeaseRequest:
     def from_dict(cls, data: Mapping[str, Any]) -> LeaseRequest:
         """The request ``to_dict`` wrote, validated again."""
         try:
+            holder = data["holder"]
+            # A list is the positional form triggers deferred by earlier releases serialized.
+            holder = Holder(*holder) if isinstance(holder, (list, tuple)) else Holder(**holder)
             return cls.create(
                 data["table"], data["operation"], data["profile"], data["partitions"],
-                whole_table=data["partitions"] is None, holder=Holder(**data["holder"]),
+                whole_table=data["partitions"] is None, holder=holder,
                 ttl=data["ttl"], queue_ttl=data["queue_ttl"], request_id=data["request_id"],
             )
         except (KeyError, TypeError) as exc:
@@ -242,7 +271,14 @@ class LeaseRequest:
 
 @dataclass(frozen=True)
 class Lease:
-    """A granted lease. Times are the store's clock (the database's on PostgreSQL)."""
+    """A granted lease. Times are the store's clock (the database's on PostgreSQL).
+
+    ``fence`` is the lease's fencing token: grants on one table get strictly increasing fences,
+    so a commit stamped with it tells a later holder's commit from a stale one. ``valid_until``
+    is this process's ``time.monotonic()`` before which the store cannot have let the lease go
+    (the send time of the call that granted, extended or confirmed it, plus what was left of
+    its TTL); ``None`` on a lease read from elsewhere (a trigger's event, a listing).
+    """
 
     lease_id: str
     request_id: str
@@ -255,11 +291,53 @@ class Lease:
     heartbeat: pendulum.DateTime
     expires: pendulum.DateTime
     ttl: float
+    fence: int = 0
+    valid_until: float | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def claim(self) -> Claim:
+        return Claim.of(self.profile, self.operation, self.partitions)
 
     def describe(self) -> str:
         where = "whole table" if self.partitions is None else ", ".join(sorted(self.partitions))
         return f"{self.operation.value} on {self.table} [{where}] held by {self.holder.describe()}"
 
+    def name(self) -> str:
+        """How an error names the lease: id, fence and what it covers."""
+        return f"lease {self.lease_id[:8]} (fence {self.fence}; {self.describe()})"
+
 
 def from_epoch(seconds: float) -> pendulum.DateTime:
     return pendulum.from_timestamp(seconds, tz="UTC")
+
+
+class AdmissionTimeout(OccflowError, TimeoutError):
+    """``acquire`` gave up waiting for a lease."""
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """Why a request was not admitted: a live lease or an earlier waiting request."""
+
+    kind: str  # "lease" or "waiting"
+    ident: str
+    operation: str
+    partitions: frozenset[str] | None
+    holder: Holder
+
+    def describe(self) -> str:
+        where = "whole table" if self.partitions is None else ", ".join(sorted(self.partitions))
+        what = "live lease" if self.kind == "lease" else "earlier waiting request"
+        return f"{what} {self.ident[:8]}: {self.operation} [{where}] by {self.holder.describe()}"
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The outcome of one decision: the lease, or what the request waits behind."""
+
+    lease: Lease | None
+    blockers: tuple[Blocker, ...] = ()
+
+    @property
+    def granted(self) -> bool:
+        return self.lease is not None

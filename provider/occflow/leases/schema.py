@@ -40,6 +40,8 @@ leases = sa.Table(
     sa.Column("heartbeat_at", sa.Double, nullable=False),
     sa.Column("expires_at", sa.Double, nullable=False),
     sa.Column("ttl", sa.Double, nullable=False),
+    # The grant's fencing token (occflow_lease_fences); 0 on rows written before fences existed.
+    sa.Column("fence", sa.BigInteger, nullable=False, server_default="0"),
     sa.Index("ix_occflow_leases_table_expires", "table_name", "expires_at"),
     sa.Index("ix_occflow_leases_request", "request_id"),
 )
@@ -90,4 +92,31 @@ events = sa.Table(
     sa.Column("profile", sa.String(64), nullable=False),
     sa.Column("expires_at", sa.Double, nullable=True),
     sa.Column("pid", sa.Integer, nullable=False, default=0),
+    sa.Column("fence", sa.BigInteger, nullable=True),  # on grant events
 )
+
+# The last fencing token granted per table. Only a decision on the table (under its lock)
+# bumps it, so fences on one table strictly increase, across releases, expiries and takeovers.
+fences = sa.Table(
+    "occflow_lease_fences",
+    metadata,
+    sa.Column("table_name", sa.String(512), primary_key=True),
+    sa.Column("last_fence", sa.BigInteger, nullable=False),
+)
+
+#: Columns added after the first release, as ``ALTER TABLE ... ADD COLUMN`` clauses: a store
+#: created by an older occflow gains them on ``create_schema`` and keeps working.
+ADDED_COLUMNS: dict[str, dict[str, str]] = {
+    "occflow_leases": {"fence": "BIGINT NOT NULL DEFAULT 0"},
+    "occflow_lease_events": {"fence": "BIGINT"},
+}
+
+
+def upgrade(conn: sa.Connection) -> None:
+    """Add the columns an older store lacks (run inside the schema transaction)."""
+    inspector = sa.inspect(conn)
+    for table, columns in ADDED_COLUMNS.items():
+        present = {c["name"] for c in inspector.get_columns(table)}
+        for name, ddl in columns.items():
+            if name not in present:
+                conn.execute(sa.text(f"ALTER TABLE {table} ADD COLUMN {name} {ddl}"))

@@ -16,6 +16,7 @@ from typing import Any
 
 from airflow.sdk import BaseNotifier
 
+from ..core.classify import classify
 from ..core.kinds import Classification, ConflictKind, WinningCommit
 from ..core.operations import parse_operation
 from ..policies import XCOM_KEY, log_tail
@@ -185,8 +186,6 @@ class ConflictNotifier(BaseNotifier):
         from_policy: Mapping[str, Any] | None,
         ti: Any,
     ) -> Classification:
-        from ..core.classify import classify
-
         conflicts = report.get("conflicts") if report else None
         if conflicts:
             last = conflicts[-1]

@@ -1,15 +1,19 @@
 """The write flow every occflow write operator shares.
 
-``execute`` reads as the flow in ARCHITECTURE.md, each step a call into the layer that owns it:
+``execute`` reads as the flow in docs/architecture.md, each step a call into the layer that owns it:
 
 1. declare  - the rendered declaration (partition values validated again after templating)
 2. admit    - a lease from the lease store; not admitted -> defer on a trigger (frees the slot)
 3. run      - one attempt of the job on the engine, from a fresh snapshot (subclasses)
 4. classify - ``occflow.core.classify`` on the engine's error
-5. policy   - ``WritePolicy.decide``: retry in the task (tenacity), reschedule, skip, fail, default
+5. policy   - ``WritePolicy.decide``: retry in the task, reschedule, skip, fail, default
 6. report   - the outcome to XCom (version / snapshot, attempts, conflicts, wasted seconds), metrics
 
 Subclasses say only how one attempt runs (``run_attempt``) and which engine it is.
+
+Steps 3-5 are one plain loop (``run_with_policy``), not ``tenacity.Retrying``: what follows each
+attempt depends on the classified kind and on the stage the policy reached (retry, then
+reschedule, then fail), which tenacity's retry / stop / wait callbacks would each re-derive.
 """
 
 from __future__ import annotations
@@ -18,9 +22,8 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
-import tenacity
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import (
     AirflowFailException,
@@ -29,14 +32,16 @@ from airflow.sdk.exceptions import (
     AirflowTaskTimeout,
 )
 
+from .. import metrics
 from ..core.classify import classify
 from ..core.declaration import WriteDeclaration
 from ..core.errors import InvalidDeclarationError, conflict_error
 from ..core.kinds import Classification, ConflictKind
 from ..core.policy import Action, Decision, WritePolicy, derive_policy, overrides_to_dict
+from ..engines.ledger import StaleOverwriteError
 from ..engines.outcome import WriteOutcome
-from ..engines.verify import StaleOverwriteError, exactly_once_for, try_number
 from . import admission
+from .exactly_once import exactly_once_for, try_number
 
 # task_state_store keys: what earlier tries of this task instance (reschedules) already spent.
 _STATE_KEY = "occflow_write_history"
@@ -248,78 +253,58 @@ class OccflowWriteOperator(BaseOperator):
     def run_with_policy(
         self, declaration: WriteDeclaration, policy: WritePolicy, history: WriteHistory, context: Any
     ) -> WriteOutcome:
-        """Attempts under tenacity, each from a fresh snapshot, while the policy says RETRY."""
-        decisions: dict[int, Decision] = {}
+        """Run -> classify -> decide -> act, until an attempt commits or a decision ends this try."""
         # Exactly once (docs/exactly-once.md): commits carry the write's tag; a retry, and every
         # attempt of a later try, first looks for it in the table and succeeds if it is there.
         guard = exactly_once_for(self, declaration, context)
         later_try = try_number(context) > 1
-
-        def attempt_once() -> WriteOutcome:
-            history.attempts += 1
-            started = time.monotonic()
-            attempt = history.attempts
+        while True:
             try:
-                if guard is None:
-                    outcome = self.run_attempt(declaration, context, attempt)
-                else:
-                    outcome = guard.run(lambda: self.run_attempt(declaration, context, attempt),
-                                        verify_first=later_try or attempt > 1)
-            except StaleOverwriteError as stale:
-                raise (AirflowSkipException if stale.action == "skip" else AirflowFailException)(str(stale)) from stale
-            except (AirflowFailException, AirflowSkipException, AirflowTaskTimeout, InvalidDeclarationError):
-                raise
-            except Exception as exc:
-                # An engine that raises instead of returning an outcome: classified the same way.
-                history.wasted_seconds += time.monotonic() - started
-                raise WriteLost(classify(exc), None, exc) from exc
-            if outcome.committed:
-                return outcome
-            # The whole attempt is thrown away: preparing its input as much as the engine call.
-            history.wasted_seconds += time.monotonic() - started
-            found = outcome.classification or classify(outcome.error)
-            raise WriteLost(found, outcome, None)
-
-        def decision_of(state: tenacity.RetryCallState) -> Decision:
-            if state.attempt_number not in decisions:
-                error = state.outcome.exception() if state.outcome is not None else None
-                assert isinstance(error, WriteLost), error
+                return self._attempt(declaration, context, history, guard, later_try)
+            except WriteLost as lost:
                 elapsed = time.time() - history.first_started
-                decision = policy.decide(error.classification, history.attempts, elapsed)
-                decisions[state.attempt_number] = decision
-                self._record(history, error, decision)
-            return decisions[state.attempt_number]
-
-        def should_retry(state: tenacity.RetryCallState) -> bool:
-            if state.outcome is None or not state.outcome.failed:
-                return False
-            if not isinstance(state.outcome.exception(), WriteLost):
-                return False
-            return decision_of(state).action is Action.RETRY
-
-        def before_sleep(state: tenacity.RetryCallState) -> None:
-            decision = decision_of(state)
+                decision = policy.decide(lost.classification, history.attempts, elapsed)
+                self._record(history, lost, decision)
+                if decision.action is not Action.RETRY:
+                    self.act_on(declaration, decision, lost, history, context)  # raises
+            # Retry in the task, outside the handler: the next attempt's errors are its own.
             self.log.warning("attempt %d lost (%s); retrying in %.1fs from a fresh snapshot",
                              history.attempts, decision.reason, decision.delay_seconds)
+            time.sleep(decision.delay_seconds)
 
-        retrying = tenacity.Retrying(
-            retry=should_retry,
-            wait=lambda state: decision_of(state).delay_seconds,
-            stop=tenacity.stop_never,  # the policy's own stop decides (decide -> FAIL / RESCHEDULE)
-            before_sleep=before_sleep,
-            reraise=True,
-        )
+    def _attempt(
+        self, declaration: WriteDeclaration, context: Any, history: WriteHistory, guard: Any, later_try: bool
+    ) -> WriteOutcome:
+        """One attempt from a fresh snapshot: the committed outcome, or ``WriteLost`` (classified)."""
+        history.attempts += 1
+        started = time.monotonic()
+        attempt = history.attempts
         try:
-            return retrying(attempt_once)
-        except WriteLost as lost:
-            # tenacity asked should_retry about this attempt: its decision is the last one.
-            self.act_on(declaration, decisions[max(decisions)], lost, history, context)
-            raise  # unreachable: act_on always raises
+            if guard is None:
+                outcome = self.run_attempt(declaration, context, attempt)
+            else:
+                outcome = guard.run(lambda: self.run_attempt(declaration, context, attempt),
+                                    verify_first=later_try or attempt > 1)
+        except StaleOverwriteError as stale:
+            raise (AirflowSkipException if stale.action == "skip" else AirflowFailException)(str(stale)) from stale
+        except (AirflowFailException, AirflowSkipException, AirflowTaskTimeout, InvalidDeclarationError):
+            raise
+        except Exception as exc:
+            # An engine that raises instead of returning an outcome: classified the same way.
+            history.wasted_seconds += time.monotonic() - started
+            raise WriteLost(classify(exc), None, exc) from exc
+        if outcome.committed:
+            return outcome
+        # The whole attempt is thrown away: preparing its input as much as the engine call.
+        history.wasted_seconds += time.monotonic() - started
+        found = outcome.classification or classify(outcome.error)
+        raise WriteLost(found, outcome, None)
 
     def act_on(
         self, declaration: WriteDeclaration, decision: Decision, lost: WriteLost, history: WriteHistory, context: Any
-    ) -> None:
-        """Turn a final decision into what Airflow understands; always raises."""
+    ) -> NoReturn:
+        """Turn a decision that ends this try into what Airflow understands: reschedule, skip,
+        fail fast, or (not a conflict) the engine's own error for Airflow's ordinary retries."""
         partial = self.report(declaration, lost.outcome, history, committed=False)
         _emit_metrics(partial, self._metrics_since)
         if decision.action is Action.RESCHEDULE:
@@ -447,8 +432,6 @@ def _store_history(context: Any, history: WriteHistory | None) -> None:
 
 def _emit_metrics(report: Mapping[str, Any], since: tuple[int, int, float]) -> None:
     """Metrics for what this try added (earlier tries of a rescheduled task reported theirs)."""
-    from .. import metrics
-
     conflicts, decisions, wasted = since
     metrics.record_report(
         {

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..core.declaration import WriteDeclaration
 from ..core.errors import InvalidDeclarationError
 from ..core.operations import Operation
+from ..engines.deltars import CommitOptions, DeltaRsLedger, DeltaRsTable, Where
 from ..engines.outcome import WriteOutcome
+from ..hooks.spark import default_delta_location
 from .base import OccflowWriteOperator
 
 #: ``job(table, snapshot, partition, commit, context) -> WriteOutcome`` for writes the built-in
@@ -29,13 +30,6 @@ _BUILT_IN = frozenset(
         Operation.ALTER_METADATA,
     }
 )
-
-
-def default_delta_location(table: str) -> str:
-    """``$OCCFLOW_HOME/delta/<db>/<table>`` (``~/.occflow`` by default) for the embedded default."""
-    from ..hooks.spark import embedded_home
-
-    return str(embedded_home() / "delta" / table.replace("`", "").replace(".", os.sep))
 
 
 class DeltaWriteOperator(OccflowWriteOperator):
@@ -98,9 +92,15 @@ class DeltaWriteOperator(OccflowWriteOperator):
         self.job = job
         self.storage_options = dict(storage_options or {})
 
-    def run_attempt(self, declaration: WriteDeclaration, context: Any, attempt: int) -> WriteOutcome:
-        from ..engines.deltars import CommitOptions, DeltaRsTable, Where
+    def commit_ledger(self, table: str, only_if: Mapping[str, str] | None = None) -> DeltaRsLedger:
+        """The delta-rs ledger of the table at ``path`` (exactly once, docs/exactly-once.md).
 
+        ``only_if``: only the operator's own commits (its commit metadata names the task
+        instance) get the tag; a data callable that writes the same table is another writer.
+        """
+        return DeltaRsLedger(DeltaRsTable(self.path, self.storage_options or None), only_if=only_if)
+
+    def run_attempt(self, declaration: WriteDeclaration, context: Any, attempt: int) -> WriteOutcome:
         table = DeltaRsTable(self.path, self.storage_options or None)
         snapshot = table.load()  # fresh for every attempt: a read-modify-write re-plans on it
         partition = _single_partition(declaration)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -10,21 +11,19 @@ from typing import Any
 from ..core.declaration import WriteDeclaration
 from ..core.errors import InvalidDeclarationError
 from ..core.operations import Operation
+from ..engines.ledger import CommitLedger
 from ..engines.outcome import WriteOutcome
+from ..engines.spark import SparkEngine, SqlJob
 from ..hooks.spark import DEFAULT_CONN_ID, OccflowSparkHook
 from .base import OccflowWriteOperator
 
 _TEMPLATE_MARK = ("{{", "{%")
-_engines: dict[str, Any] = {}
+_engines: dict[str, SparkEngine] = {}
 _engines_lock = threading.Lock()
 
 
-def spark_engine(config: Mapping[str, Any]) -> Any:
+def spark_engine(config: Mapping[str, Any]) -> SparkEngine:
     """One engine (one session) per config per process: attempts and tasks reuse the session."""
-    import json
-
-    from ..engines.spark import SparkEngine
-
     key = json.dumps(config, sort_keys=True, default=str)
     with _engines_lock:
         if key not in _engines:
@@ -34,8 +33,6 @@ def spark_engine(config: Mapping[str, Any]) -> Any:
 
 def check_sql_operation(sql: str, declared: Operation, where: str) -> None:
     """The SQL's first write statement must be the declared operation (or the matrix is wrong)."""
-    from ..engines.spark import SqlJob
-
     found = SqlJob(sql).operation()
     if found is not None and found is not declared:
         raise InvalidDeclarationError(
@@ -85,6 +82,13 @@ class SparkWriteOperator(OccflowWriteOperator):
         if self.spark_config is not None:
             return dict(self.spark_config)
         return OccflowSparkHook(self.occflow_spark_conn_id).session_config()
+
+    def commit_ledger(self, table: str, only_if: Mapping[str, str] | None = None) -> CommitLedger | None:
+        """The exactly-once ledger the engine's table format keeps (Iceberg snapshots, Delta
+        history); ``None`` for plain Parquet/Hive tables. Spark commits name no task, so
+        ``only_if`` does not apply."""
+        engine = spark_engine(self.session_config())
+        return engine.format.commit_ledger(engine.session(), table)
 
     def prepare_engine(self, declaration: WriteDeclaration, context: Any) -> None:
         spark_engine(self.session_config()).session()

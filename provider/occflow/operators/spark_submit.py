@@ -1,6 +1,6 @@
 """``SparkSubmitWriteOperator``: the write flow with each attempt run as a spark-submit driver.
 
-The driver writes its ``WriteOutcome`` to an outcome file (``occflow.engines.submit``). The
+The driver writes its ``WriteOutcome`` to an outcome file (``occflow.engines.spark.submit``). The
 outcome path is the job's external id for Airflow 3.3's ``ResumableJobMixin``: it is saved in
 the task's state store before the operator waits, so a retry after a worker crash finds the
 driver still running and reconnects to it instead of submitting the same write twice; a driver
@@ -19,7 +19,10 @@ from airflow.sdk import ResumableJobMixin
 
 from ..core.declaration import WriteDeclaration
 from ..core.errors import InvalidDeclarationError
+from ..engines.ledger import CommitLedger
 from ..engines.outcome import WriteOutcome
+from ..engines.spark import CallableJob, SubmitError, SubmittedJob, read_outcome
+from ..engines.spark import submit_job as submit_driver
 from ..hooks.spark import DEFAULT_CONN_ID, OccflowSparkHook, embedded_home
 from .base import OccflowWriteOperator
 from .spark import _TEMPLATE_MARK, check_sql_operation, partition_params
@@ -88,21 +91,15 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
     def run_attempt(self, declaration: WriteDeclaration, context: Any, attempt: int) -> WriteOutcome:
         self._attempt_state = {"declaration": declaration, "attempt": attempt, "path": None}
         self.execute_resumable(context)  # submit, or reconnect to the driver a crashed try left
-        from ..engines.submit import read_outcome
-
         path = self._attempt_state["path"]
         outcome = read_outcome(path) if path else None
         if outcome is None:
-            from ..engines.submit import SubmittedJob
-
             outcome = SubmittedJob.reconnect(path).wait(timeout=0)
         return outcome
 
     # ------------------------------------------------------------------ ResumableJobMixin
 
     def submit_job(self, context: Any) -> str:
-        from ..engines.submit import submit_job
-
         declaration: WriteDeclaration = self._attempt_state["declaration"]
         ti = context.get("ti")
         where = outcome_dir()
@@ -113,11 +110,9 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
             check_sql_operation(self.sql, declaration.operation, self.task_id)
         job: Any = self.sql if self.sql is not None else self.job
         if isinstance(job, str) and self.sql is None:
-            from ..engines.spark import CallableJob
-
             job = CallableJob.from_reference(job)
         params = {**partition_params(declaration), **{k: str(v) for k, v in self.job_params.items()}}
-        submitted = submit_job(
+        submitted = submit_driver(
             job,
             declaration.table,
             path,
@@ -131,8 +126,6 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
         return str(path)
 
     def get_job_status(self, external_id: Any, context: Any) -> str:
-        from ..engines.submit import SubmitError, SubmittedJob
-
         try:
             outcome = SubmittedJob.reconnect(str(external_id)).poll()
         except SubmitError:
@@ -152,14 +145,10 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
         return status == SUCCEEDED
 
     def poll_until_complete(self, external_id: Any, context: Any) -> None:
-        from ..engines.submit import SubmittedJob
-
         # A lost commit is not an error here: the write flow classifies the outcome.
         SubmittedJob.reconnect(str(external_id)).wait(interval=self.poll_interval)
 
     def get_job_result(self, external_id: Any, context: Any) -> Any:
-        from ..engines.submit import read_outcome
-
         outcome = read_outcome(str(external_id))
         return None if outcome is None else outcome.to_json()
 
@@ -168,12 +157,15 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
             return dict(self.spark_config)
         return OccflowSparkHook(self.occflow_spark_conn_id).session_config()
 
+    def commit_ledger(self, table: str, only_if: Mapping[str, str] | None = None) -> CommitLedger | None:
+        # The driver commits in another process, so its commits carry no tag to look for
+        # (docs/exactly-once.md); the resumable outcome path is what prevents a second write.
+        return None
+
     def on_kill(self) -> None:
         # A durable driver outlives the task on purpose: the next try reconnects to it.
         if self.durable:
             return
-        from ..engines.submit import SubmittedJob
-
         path = self._attempt_state.get("path")
         if path:
             SubmittedJob.reconnect(path).kill()

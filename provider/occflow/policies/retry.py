@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk.definitions.retry_policy import RetryAction, RetryDecision, RetryPolicy
 
 from .. import metrics
+from ..core.classify import classify
 from ..core.kinds import Classification
 from ..core.policy import Action, Decision, WritePolicy, derive_policy, overrides_to_dict
 from . import log_tail
@@ -103,9 +104,12 @@ class ConflictRetryPolicy(RetryPolicy):
         return most
 
     def classify_failure(self, exception: BaseException | str, context: Context | None = None) -> Classification:
-        """The exception's classification; else the try's log tail's, if that names a conflict."""
-        from ..core.classify import classify
+        """The exception's classification; else the try's log tail's, if that names a conflict.
 
+        The tail is weighed in order and by level (``occflow.core.classify``): a conflict that a
+        later error or a later successful commit overtook, or that the engine retried by itself,
+        is not this failure's cause.
+        """
         found = classify(exception)
         if found.is_conflict or not self.read_task_log:
             return found

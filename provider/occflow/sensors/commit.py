@@ -13,19 +13,18 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
 from airflow.sdk import BaseSensorOperator
 
 from ..core.declaration import partition_key, validate_table_identifier
 from ..core.errors import InvalidDeclarationError
+from ..hooks.spark import default_delta_location, embedded_home
 from ..triggers.commits import FORMATS, CommitCondition, read_commits
 from ..triggers.table import TableCommitTrigger
 
 
 def default_location(table_format: str, table: str) -> str:
     """Where the embedded default keeps ``table`` (Delta path / Iceberg table folder)."""
-    from ..hooks.spark import embedded_home
-    from ..operators.delta import default_delta_location
-
     if table_format == "delta":
         return default_delta_location(table)
     parts = [p.strip("`") for p in table.split(".")]
@@ -137,8 +136,6 @@ class TableCommitSensor(BaseSensorOperator):
             return None
         condition = self.condition(context)
         if condition is None:
-            from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
-
             # The upstream has not reported: look again later without holding a slot.
             self.defer(trigger=TimeDeltaTrigger(timedelta(seconds=self.poll_interval)), method_name="execute")
         assert condition is not None

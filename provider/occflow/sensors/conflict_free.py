@@ -14,9 +14,8 @@ from typing import Any
 from airflow.sdk import BaseSensorOperator
 
 from ..core.declaration import WriteDeclaration
-from ..leases import LeaseRequest
-from ..operators.admission import holder_of, lease_store
-from ..triggers.lease import ConflictFreeTrigger, conflicting_leases, request_to_dict
+from ..leases import Lease, LeaseRequest, TaskAdmission
+from ..triggers.lease import ConflictFreeTrigger
 
 
 class ConflictFreeSensor(BaseSensorOperator):
@@ -54,12 +53,16 @@ class ConflictFreeSensor(BaseSensorOperator):
         self.deferrable = deferrable
         self.poll_interval = poll_interval
 
+    @property
+    def task_admission(self) -> TaskAdmission:
+        return TaskAdmission(self.lease_store_url)
+
     def request(self, context: Any) -> LeaseRequest:
         declaration = WriteDeclaration.create(self.table, self.operation, profile=self.profile, partitions=self.partitions)
-        return LeaseRequest.from_declaration(declaration, holder=holder_of(context))
+        return self.task_admission.request(declaration, context)
 
-    def blockers(self, context: Any) -> list[Any]:
-        return conflicting_leases(lease_store(self.lease_store_url), self.request(context))
+    def blockers(self, context: Any) -> list[Lease]:
+        return self.task_admission.blocking_leases(self.request(context))
 
     def poke(self, context: Any) -> bool:
         blocking = self.blockers(context)
@@ -72,13 +75,13 @@ class ConflictFreeSensor(BaseSensorOperator):
             super().execute(context)
             return
         request = self.request(context)
-        blocking = conflicting_leases(lease_store(self.lease_store_url), request)
+        blocking = self.task_admission.blocking_leases(request)
         if not blocking:
             return
         for lease in blocking:
             self.log.info("deferring while %s runs", lease.describe())
         self.defer(
-            trigger=ConflictFreeTrigger(request_to_dict(request), self.lease_store_url, self.poll_interval),
+            trigger=ConflictFreeTrigger.for_request(request, self.lease_store_url, self.poll_interval),
             method_name="execute_complete",
         )
 

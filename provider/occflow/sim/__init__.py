@@ -1,7 +1,7 @@
 """The simulator: how much work each policy wastes, and how close it gets to the optimum.
 
 ``simulate(load_workload(path), "occflow", seed=0)`` runs one policy on one workload; commits
-are validated by ``occflow.core.engine.ReferenceTable`` with each table's profile.
+are validated by ``occflow.core.reference.ReferenceTable`` with each table's profile.
 """
 
 from __future__ import annotations

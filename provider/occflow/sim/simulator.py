@@ -18,11 +18,11 @@ import random
 from collections import Counter
 from dataclasses import dataclass
 
-from ..core.engine import ReferenceTable, Transaction
 from ..core.errors import CommitConflict
 from ..core.kinds import Classification
 from ..core.policy import Action
 from ..core.profiles import Profile
+from ..core.reference import ReferenceTable, Transaction
 from .metrics import LowerBound, Metrics, lower_bound, percentile
 from .policies import ORACLE, FootprintIndex, SimPolicy, build_policy
 from .workload import Job, Workload

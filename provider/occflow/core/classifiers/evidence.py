@@ -3,25 +3,32 @@
 Pure Python and duck-typed, so ``occflow.core`` imports neither py4j, PySpark, deltalake nor the
 engines package. It understands:
 
-- Python exceptions and their ``__cause__`` / ``__context__`` chain;
+- Python exceptions and everything behind them (``core.causes.causes``: cause, context even when
+  suppressed, exception-group members);
 - py4j's ``Py4JJavaError`` (``java_exception`` with ``getClass().getName()``, ``getMessage()``,
   ``getCause()``) and PySpark's ``CapturedException`` (``getErrorClass()``/``getCondition()``,
   ``desc``, ``stackTrace``, ``cause``);
 - an ``ErrorInfo``-like record from the spark-submit outcome channel (``exception_class``,
   ``error_class``, ``messages``, ``cause_classes``);
-- plain text (a message, a stack trace, a driver log tail, a Databricks run error).
+- plain text (a message, a stack trace, a driver log tail, a Databricks run error), which
+  ``log_records`` cuts into log records (a header line with its level, and the lines after it)
+  so that the classifier can weigh them in order.
 """
 
 from __future__ import annotations
 
+import enum
 import re
 from dataclasses import dataclass
 from typing import Any
 
-# A JVM chain is rarely deeper than ~10; the cap guards against cycles the id set cannot see
+from ..causes import causes
+
+# A JVM chain is rarely deeper than ~10; the cap guards against cycles that no id set can see
 # (py4j hands out a new proxy object for the same Java throwable on every call).
-MAX_DEPTH = 32
-# Log tails can be long; the conflict is reported near the end, so keep the tail.
+MAX_JAVA_DEPTH = 32
+# Log tails can be long; the conflict is reported near the end, so keep the tail. The same
+# budget bounds all the text gathered from one exception graph.
 MAX_TEXT = 1_000_000
 
 
@@ -48,7 +55,9 @@ def _call(obj: Any, name: str) -> Any:
 def _java_frames(throwable: Any, frames: list[Frame]) -> None:
     """Walk a py4j JavaObject throwable through ``getCause()``."""
     current = throwable
-    while current is not None and len(frames) < MAX_DEPTH:
+    for _ in range(MAX_JAVA_DEPTH):
+        if current is None:
+            break
         cls = _call(current, "getClass")
         name = _call(cls, "getName") if cls is not None else None
         message = _call(current, "getMessage")
@@ -95,10 +104,11 @@ def _safe_str(error: object) -> str:
 
 
 def _exception_frames(error: BaseException, frames: list[Frame]) -> None:
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen and len(frames) < MAX_DEPTH:
-        seen.add(id(current))
+    budget = MAX_TEXT
+    for current in causes(error):
+        if budget <= 0:  # a pathological graph of huge messages: what is gathered is enough
+            break
+        start = len(frames)
         frames.append(
             Frame(
                 classes=_python_class_names(current),
@@ -110,7 +120,7 @@ def _exception_frames(error: BaseException, frames: list[Frame]) -> None:
         if java is not None:
             _java_frames(java, frames)
         desc = getattr(current, "desc", None)  # pyspark CapturedException
-        if isinstance(desc, str) and desc and desc not in frames[-1].message:
+        if isinstance(desc, str) and desc and desc not in frames[start].message:
             frames.append(Frame(classes=(), error_class=None, message=desc))
         trace = getattr(current, "stackTrace", None)
         if isinstance(trace, str) and trace:
@@ -118,10 +128,7 @@ def _exception_frames(error: BaseException, frames: list[Frame]) -> None:
         java_cause = getattr(current, "cause", None)
         if callable(getattr(java_cause, "getClass", None)) and not isinstance(java_cause, BaseException):
             _java_frames(java_cause, frames)
-        nxt = current.__cause__
-        if nxt is None and not current.__suppress_context__:
-            nxt = current.__context__
-        current = nxt
+        budget -= sum(len(frame.message) for frame in frames[start:])
 
 
 def _error_info_frames(info: Any, frames: list[Frame]) -> None:
@@ -171,3 +178,89 @@ def frames_of(error: object) -> list[Frame]:
 QUALIFIED_CLASS_IN_TEXT = re.compile(r"(?<![\w.$])((?:[A-Za-z_][\w$]*\.)+[A-Z][\w$]*)(?=:|[ \t]*$)", re.M)
 # "[DELTA_CONCURRENT_APPEND]" or "[DELTA_CONCURRENT_APPEND.WITH_PARTITION_HINT]" as Spark prints them.
 ERROR_CLASS_IN_TEXT = re.compile(r"\[([A-Z][A-Z0-9_]{2,})((?:\.[A-Z0-9_]+)?)\]")
+
+
+# --------------------------------------------------------------------------- log records
+
+
+class RecordLevel(str, enum.Enum):
+    """How a log record is weighed: what its header says, or that it has none."""
+
+    LOW = "low"  # TRACE / DEBUG / INFO / WARN: an engine telling what it does, its own retries too
+    ERROR = "error"  # ERROR / SEVERE / FATAL / CRITICAL
+    NONE = "none"  # no header: an exception's text, a traceback or a line a job printed itself
+
+
+_LEVELS = {
+    "TRACE": RecordLevel.LOW,
+    "DEBUG": RecordLevel.LOW,
+    "INFO": RecordLevel.LOW,
+    "WARN": RecordLevel.LOW,
+    "WARNING": RecordLevel.LOW,
+    "ERROR": RecordLevel.ERROR,
+    "SEVERE": RecordLevel.ERROR,
+    "FATAL": RecordLevel.ERROR,
+    "CRITICAL": RecordLevel.ERROR,
+}
+
+# A log record's first line: prefix tokens (a date and a time, "[thread]", "{file.py:12}") and
+# the level, as log4j prints it for Spark ("24/11/21 20:05:41 WARN Tasks: ..."), Python logging
+# for Airflow ("[2024-11-21, 20:03:11 UTC] {taskinstance.py:3311} ERROR - ...", "WARNING:root:")
+# and structlog's console ("2024-11-21 20:03:11 [error    ] ..."). A layout always has some
+# punctuation around the level (a timestamp, brackets, "ERROR:", "ERROR -"): a line of prose
+# that starts with "WARN" or "INFO" is not a record.
+LOG_HEADER = re.compile(
+    r"(?P<prefix>(?:(?:\[[^\]\n]{1,80}\]|\{[^}\n]{1,80}\}|\d[\d.,]*[/:\-][\d/:.,+\-TZ]{1,30})[ \t]+){0,4})"
+    r"(?:\[[ \t]*(?i:(?P<bracketed>trace|debug|info|warning|warn|error|critical|fatal))[ \t]*\]"
+    r"|(?P<level>TRACE|DEBUG|INFO|WARN|WARNING|ERROR|SEVERE|FATAL|CRITICAL)(?P<after>[ \t]*[:\-]|[ \t]|$))"
+)
+# An uncaught error printed raw (Python's traceback, the JVM's default handler) is a record of its
+# own, unless it is the traceback of the record just above it or the next link of a chain.
+_RAW_START = re.compile(r'Traceback \(most recent call last\):|Exception in thread "')
+_CHAIN_LINK = re.compile(
+    r"The above exception was the direct cause of the following exception:"
+    r"|During handling of the above exception, another exception occurred:"
+)
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    """One record of a log text: where it starts, its level, and its first line."""
+
+    start: int
+    level: RecordLevel
+    first_line: str
+
+
+def header_level(line: str) -> RecordLevel | None:
+    """The level of ``line`` if it is the first line of a log record, else None."""
+    found = LOG_HEADER.match(line)
+    if found is None:
+        return None
+    if found["level"] and not found["prefix"] and not found["after"].strip():
+        return None  # "WARN x": a word, not a layout
+    return _LEVELS[(found["level"] or found["bracketed"]).upper()]
+
+
+def log_records(text: str) -> list[LogRecord]:
+    """``text`` as log records, in order: each header line with the lines after it.
+
+    Text before the first header is one record without a level; so is an uncaught error printed
+    raw. A text with no header at all (an exception's message) is one record.
+    """
+    records: list[LogRecord] = []
+    offset = 0
+    previous, previous_was_header = "", False
+    for line in text.splitlines(keepends=True):
+        stripped = line.strip()
+        level = header_level(line)
+        if level is not None:
+            records.append(LogRecord(offset, level, stripped))
+        elif not records or (
+            _RAW_START.match(line) and not previous_was_header and not _CHAIN_LINK.search(previous)
+        ):
+            records.append(LogRecord(offset, RecordLevel.NONE, stripped))
+        if stripped:
+            previous, previous_was_header = stripped, level is not None
+        offset += len(line)
+    return records

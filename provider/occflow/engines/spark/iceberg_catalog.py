@@ -1,4 +1,4 @@
-"""Apache Iceberg on Spark: runtime jars, a catalog safe across driver processes, commit lookup.
+"""Apache Iceberg on Spark: runtime jars and a catalog safe across driver processes.
 
 The embedded default is a JDBC catalog (``org.apache.iceberg.jdbc.JdbcCatalog``) on a SQLite
 file next to a local warehouse. Its commit is one compare-and-swap ``UPDATE ... WHERE
@@ -20,12 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .spark import CommitInfo, SparkConfigError, quote_table
-
-if TYPE_CHECKING:
-    from .spark import SparkConfig
+from .settings import SparkConfigError, str_mapping
 
 RUNTIME_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
@@ -51,7 +48,7 @@ _SQLITE_TABLES = (
 def runtime_jars() -> list[str]:
     """The Iceberg Spark runtime jar (Scala 2.12, as PySpark 3.5 is) from its PyPI package."""
     try:
-        from snowpark_connect_deps_iceberg import get_jars_dir
+        from snowpark_connect_deps_iceberg import get_jars_dir  # optional heavy dependency
     except ImportError as exc:
         raise SparkConfigError(
             "Iceberg on Spark needs the snowpark-connect-deps-iceberg package (pip install "
@@ -128,9 +125,7 @@ class IcebergCatalogConfig:
             raise SparkConfigError("a custom Iceberg catalog needs properties['catalog-impl']")
         if self.uri is not None and not isinstance(self.uri, str):
             raise SparkConfigError(f"uri must be a string, got {self.uri!r}")
-        from .spark import _str_mapping
-
-        object.__setattr__(self, "properties", _str_mapping(self.properties, "catalog.properties"))
+        object.__setattr__(self, "properties", str_mapping(self.properties, "catalog.properties"))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> IcebergCatalogConfig:
@@ -206,149 +201,3 @@ def _bootstrap_sqlite(path: str) -> None:
         for ddl in _SQLITE_TABLES:
             conn.execute(ddl)
 
-
-@dataclass(frozen=True)
-class SnapshotRef:
-    snapshot_id: int | None
-    sequence_number: int | None = None
-
-
-@dataclass(frozen=True)
-class IcebergFormat:
-    catalog: IcebergCatalogConfig
-    name: str = "iceberg"
-
-    @classmethod
-    def from_config(cls, config: SparkConfig) -> IcebergFormat:
-        catalog = IcebergCatalogConfig.from_dict(dict(config.catalog))
-        return cls(catalog.resolved(config.home_dir))
-
-    def spark_conf(self) -> dict[str, str]:
-        return {"spark.sql.extensions": EXTENSIONS, **self.catalog.spark_conf()}
-
-    def jars(self) -> list[str]:
-        jars = runtime_jars()
-        driver = jdbc_driver_jar(self.catalog.uri) if self.catalog.uri else None
-        if driver:
-            jars.append(driver)
-        return jars
-
-    def prepare(self) -> None:
-        self.catalog.prepare()
-
-    def qualify(self, table: str) -> str:
-        """``db.t`` → ``<catalog>.db.t``; an identifier naming its catalog is kept."""
-        from .spark import split_table
-
-        parts = split_table(table)
-        return table if len(parts) >= 3 else f"{self.catalog.name}.{table}"
-
-    def before(self, spark: Any, table: str) -> SnapshotRef | None:
-        return current_snapshot(spark, self.qualify(table))
-
-    def after(self, spark: Any, table: str, before: SnapshotRef | None) -> CommitInfo:
-        """The snapshot this job committed: the newest one after ``before`` by this application."""
-        name = self.qualify(table)
-        current = current_snapshot(spark, name)
-        if current is None or current.snapshot_id is None:
-            return CommitInfo(tag={"commit": "none"})
-        since = None if before is None else before.snapshot_id
-        if current.snapshot_id == since:
-            return CommitInfo(tag={"commit": "none"})  # e.g. a DELETE that matched no row
-        snapshots = _snapshots(spark, name)
-        app_id = _app_id(spark)
-        chain: list[dict[str, Any]] = []
-        sid: int | None = current.snapshot_id
-        while sid is not None and sid != since and sid in snapshots:
-            chain.append(snapshots[sid])
-            sid = snapshots[sid]["parent_id"]
-        mine = [s for s in chain if app_id is None or s["summary"].get("spark.app.id") in (None, app_id)]
-        chosen = mine[0] if mine else chain[0] if chain else None
-        if chosen is None:
-            return CommitInfo(snapshot_id=current.snapshot_id, version=current.sequence_number)
-        summary = chosen["summary"]
-        tag = {"iceberg_operation": str(chosen["operation"])}
-        for key in ("added-records", "deleted-records", "added-data-files", "deleted-data-files"):
-            if key in summary:
-                tag[key] = str(summary[key])
-        if len(mine) > 1:
-            tag["commit"] = f"ambiguous: {len(mine)} snapshots by this application since the job started"
-        rows = summary.get("added-records")
-        return CommitInfo(
-            version=_sequence_number(spark, name, chosen["snapshot_id"]),
-            snapshot_id=int(chosen["snapshot_id"]),
-            rows=None if rows is None else int(rows),
-            tag=tag,
-        )
-
-
-def current_snapshot(spark: Any, table: str) -> SnapshotRef | None:
-    """The table's current snapshot and sequence number; None when the table does not exist."""
-    try:
-        rows = spark.sql(
-            f"SELECT latest_snapshot_id, latest_sequence_number FROM {quote_table(table)}.metadata_log_entries "
-            "ORDER BY timestamp DESC LIMIT 1"
-        ).collect()
-    except Exception as exc:
-        if "TABLE_OR_VIEW_NOT_FOUND" in str(exc) or "not found" in str(exc).lower():
-            return None
-        raise
-    if not rows:
-        return SnapshotRef(None)
-    sid, seq = rows[0][0], rows[0][1]
-    return SnapshotRef(None if sid is None else int(sid), None if seq is None else int(seq))
-
-
-def _snapshots(spark: Any, table: str) -> dict[int, dict[str, Any]]:
-    rows = spark.sql(
-        f"SELECT snapshot_id, parent_id, operation, summary FROM {quote_table(table)}.snapshots"
-    ).collect()
-    return {
-        int(r["snapshot_id"]): {
-            "snapshot_id": int(r["snapshot_id"]),
-            "parent_id": None if r["parent_id"] is None else int(r["parent_id"]),
-            "operation": r["operation"],
-            "summary": dict(r["summary"] or {}),
-        }
-        for r in rows
-    }
-
-
-def _sequence_number(spark: Any, table: str, snapshot_id: int) -> int | None:
-    rows = spark.sql(
-        f"SELECT latest_sequence_number FROM {quote_table(table)}.metadata_log_entries "
-        f"WHERE latest_snapshot_id = {int(snapshot_id)} ORDER BY timestamp LIMIT 1"
-    ).collect()
-    return None if not rows or rows[0][0] is None else int(rows[0][0])
-
-
-def _app_id(spark: Any) -> str | None:
-    try:
-        return str(spark.sparkContext.applicationId)
-    except Exception:  # Spark Connect: no SparkContext on the client
-        return None
-
-
-def pinned_session(spark: Any, catalog: str = "lake") -> Any:
-    """A new session of ``spark``'s context whose ``catalog`` caches the tables it loads.
-
-    A table it has read stays on that snapshot until this session writes it, however many
-    commits other sessions or drivers make: its next write plans on the old snapshot and Iceberg
-    validates it against everything committed since, as for a job that started back then. The
-    conformance suite and the conflict tests use it to fix the commit order without sleeps.
-    """
-    if not catalog.isidentifier():
-        raise SparkConfigError(f"catalog name must be an identifier, got {catalog!r}")
-    session = spark.newSession()
-    session.conf.set(f"spark.sql.catalog.{catalog}.cache-enabled", "true")
-    session.conf.set(f"spark.sql.catalog.{catalog}.cache.expiration-interval-ms", "-1")
-    return session
-
-
-def set_commit_retries(spark: Any, table: str, retries: int) -> None:
-    """Set ``commit.retry.num-retries`` on an existing table (0 = fail on the first lost race)."""
-    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-        raise SparkConfigError(f"commit retries must be an integer >= 0, got {retries!r}")
-    spark.sql(
-        f"ALTER TABLE {quote_table(table)} SET TBLPROPERTIES ('commit.retry.num-retries' = '{int(retries)}')"
-    )

@@ -1,19 +1,23 @@
 """Read declared writes out of a DAG folder with Airflow's own DagBag.
 
 A task declares its write with an ``occflow_write`` attribute holding a ``WriteDeclaration``
-(occflow's write operators set it; any operator may carry one).
+(occflow's write operators set it; any operator may carry one). occflow's operators also name
+the engine that commits the write (``engine_name``), whose own matrix the linter applies too.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import logging
 import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from croniter import croniter
 
 from ..core.declaration import WriteDeclaration
 from ..core.errors import InvalidDeclarationError
@@ -26,11 +30,24 @@ HORIZON = dt.timedelta(days=35)
 MAX_FIRINGS = 5000
 
 
+class DagFolderError(InvalidDeclarationError):
+    """The DAG folder cannot be linted: it is missing or holds no DAG."""
+
+
 @dataclass(frozen=True)
 class ScannedFolder:
     tasks: tuple[DeclaredTask, ...]
     dag_ids: tuple[str, ...]
     import_errors: dict[str, str]
+
+    def import_problems(self) -> list[str]:
+        """One line per DAG file that failed to import: its path and the error (no traceback)."""
+        return [f"cannot import {path}: {_last_line(error)}" for path, error in sorted(self.import_errors.items())]
+
+
+def _last_line(error: str) -> str:
+    lines = error.strip().splitlines()
+    return lines[-1] if lines else "(no message)"
 
 
 def _firings(dag: Any) -> tuple[tuple[float, ...] | None, str]:
@@ -39,8 +56,6 @@ def _firings(dag: Any) -> tuple[tuple[float, ...] | None, str]:
     expression = getattr(timetable, "expression", None)
     delta = getattr(timetable, "delta", None)
     if isinstance(expression, str):
-        from croniter import croniter
-
         it = croniter(expression, REFERENCE - dt.timedelta(seconds=1))
         times: list[float] = []
         while len(times) < MAX_FIRINGS:
@@ -60,17 +75,22 @@ def _firings(dag: Any) -> tuple[tuple[float, ...] | None, str]:
 
 
 def scan_dag_folder(folder: str | Path) -> ScannedFolder:
-    """Every task in ``folder``'s DAGs that declares a write (``occflow_write``)."""
+    """Every task in ``folder``'s DAGs that declares a write (``occflow_write``).
+
+    A missing folder, or one without a DAG and without a file that failed to import, is a
+    ``DagFolderError``: linting nothing must not pass. Files that fail to import are in
+    ``import_errors``.
+    """
     folder = Path(folder)
     if not folder.exists():
-        raise InvalidDeclarationError(f"DAG folder {str(folder)!r} does not exist")
-    os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-    # Airflow logs to stdout; the CLI's stdout is its report (JSON may be piped on).
-    os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
-    with contextlib.redirect_stdout(sys.stderr):
-        from airflow.dag_processing.dagbag import DagBag
-
-        bag = DagBag(str(folder), safe_mode=False)
+        raise DagFolderError(f"DAG folder {str(folder)!r} does not exist")
+    bag = _dag_bag(folder)
+    if not bag.dags and not bag.import_errors:
+        read = len(getattr(bag, "dagbag_stats", ()) or ())
+        raise DagFolderError(
+            f"no DAG in {str(folder)!r}: {read} Python file(s) read, none defines a DAG" if read
+            else f"no DAG files (*.py, *.zip) in {str(folder)!r}"
+        )
     tasks: list[DeclaredTask] = []
     for dag_id in sorted(bag.dags):
         dag = bag.dags[dag_id]
@@ -87,9 +107,43 @@ def scan_dag_folder(folder: str | Path) -> ScannedFolder:
                         firings=firings,
                         schedule=schedule,
                         pool=getattr(task, "pool", None),
+                        engine=_engine(task),
                     )
                 )
     return ScannedFolder(tuple(tasks), tuple(sorted(bag.dags)), dict(bag.import_errors))
+
+
+def _dag_bag(folder: Path) -> Any:
+    """Airflow's DagBag of ``folder``, read without Airflow's own log lines on our output."""
+    os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+    # Airflow logs to stdout; the CLI's stdout is its report (JSON may be piped on).
+    os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
+    # A file that fails to import is reported by the CLI in one line; Airflow would also log it,
+    # with its traceback, through structlog (this setting) and the stdlib logger (below).
+    os.environ.setdefault("AIRFLOW__LOGGING__NAMESPACE_LEVELS", "airflow.dag_processing=CRITICAL")
+    with contextlib.redirect_stdout(sys.stderr):
+        # Imported here, after the settings above: importing Airflow reads its configuration
+        # and sets up its logging and ORM; the linter then needs no Airflow at import time.
+        from airflow.dag_processing.dagbag import DagBag
+
+        quiet = logging.getLogger("airflow.dag_processing")
+        level = quiet.level
+        quiet.setLevel(logging.CRITICAL)
+        try:
+            return DagBag(str(folder), safe_mode=False)
+        finally:
+            quiet.setLevel(level)
+
+
+def _engine(task: Any) -> str | None:
+    """The engine that commits the task's write, as occflow's operators name it.
+
+    A mapped task has no operator instance at parse time: its class names the engine.
+    """
+    name = getattr(task, "engine_name", None)
+    if not isinstance(name, str):
+        name = getattr(getattr(task, "operator_class", None), "engine_name", None)
+    return name if isinstance(name, str) else None
 
 
 _DECLARATION_ARGS = ("table", "operation", "profile", "table_format", "partitions", "reads_whole_table")

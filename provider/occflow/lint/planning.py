@@ -1,22 +1,28 @@
 """Static analysis of declared writes: which tasks can collide (lint) and which plain Airflow
 pools would keep them apart (pools plan). Pure Python over ``DeclaredTask`` records; reading
-them out of a DAG folder is ``occflow.leases.dagscan``.
+them out of a DAG folder is ``occflow.lint.dagscan``.
 
 Two declared writes collide when (1) they can run at the same time, (2) their footprints may
-overlap and (3) the matrix says one of them would fail. Partition values that are Jinja
-templates are only known at run time, so they may overlap anything, except that one task's
-templated footprint in two runs of its DAG is taken to differ per run (``{{ ds }}``).
+overlap and (3) a matrix says one of them would fail, or that both would commit and corrupt the
+data (``Effect.corrupts_data``: delta-rs's two compactions of one partition). The matrices asked
+are each task's declared profile and, where the engine that really commits the write has an
+observed matrix of its own (a profile named after it: ``delta-rs``), that one too: a declared
+profile does not change what the engine does. Partition values that are Jinja templates are
+only known at run time, so they may overlap anything, except that one task's templated
+footprint in two runs of its DAG is taken to differ per run (``{{ ds }}``).
 """
 
 from __future__ import annotations
 
 import bisect
+import enum
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ..core.declaration import WriteDeclaration
-from ..core.profiles import Cell
+from ..core.footprint import overlapping_specs
+from ..core.profiles import PROFILES, Cell, Profile
 
 _TEMPLATE = re.compile(r"\{\{.*?\}\}|\{%.*?%\}")
 
@@ -34,14 +40,58 @@ class DeclaredTask:
     firings: tuple[float, ...] | None = ()
     schedule: str = ""
     pool: str | None = None
+    # The engine that really commits the write (the operator's ``engine_name``), if known.
+    engine: str | None = None
 
     @property
     def ident(self) -> str:
         return f"{self.dag_id}.{self.task_id}"
 
     @property
+    def engine_profile(self) -> Profile | None:
+        """The engine's own observed matrix, if it has one (a profile named after the engine)."""
+        return PROFILES.get(self.engine) if self.engine else None
+
+    @property
+    def profile_mismatch(self) -> str | None:
+        """Why the declared profile is not the whole story for this task, or None."""
+        engine = self.engine_profile
+        if engine is None or engine == self.write.profile:
+            return None
+        return (f"{self.ident} runs on {self.engine}: its profile {self.write.profile.name!r} does not "
+                f"describe that engine, so the {engine.name!r} matrix is applied as well")
+
+    @property
     def templated(self) -> bool:
         return any(_TEMPLATE.search(str(v)) for p in self.write.partitions or () for v in p.values())
+
+
+class FindingKind(str, enum.Enum):
+    """How bad a colliding pair is; findings are listed in this order."""
+
+    CORRUPTS_DATA = "corrupts_data"  # both commit and the data is wrong: must never run together
+    CONFLICT = "conflict"  # one of the two fails (and retries, reschedules or is lost)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One matrix cell that makes a pair a finding, with the profile whose matrix holds it."""
+
+    profile: Profile
+    cell: Cell
+
+    @property
+    def corrupts_data(self) -> bool:
+        return self.cell.effect.corrupts_data
+
+    def describe(self) -> str:
+        c = self.cell
+        outcome = (f"later fails with {c.exception.value if c.exception else '-'}" if c.later_fails
+                   else f"both commit, {c.effect.value}")
+        return f"{self.profile.name}: {c.earlier.value} then {c.later.value} -> {outcome} ({c.source})"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"profile": self.profile.name, **self.cell.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -52,18 +102,36 @@ class Collision:
     second: DeclaredTask
     why_together: str
     footprint: str
-    cells: tuple[Cell, ...]
+    evidence: tuple[Evidence, ...]
+
+    @property
+    def cells(self) -> tuple[Cell, ...]:
+        return tuple(e.cell for e in self.evidence)
+
+    @property
+    def kind(self) -> FindingKind:
+        if any(e.corrupts_data for e in self.evidence):
+            return FindingKind.CORRUPTS_DATA
+        return FindingKind.CONFLICT
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        tasks = (self.first,) if self.first.ident == self.second.ident else (self.first, self.second)
+        return tuple(note for note in (t.profile_mismatch for t in tasks) if note is not None)
 
     def to_dict(self) -> dict[str, object]:
         return {
+            "kind": self.kind.value,
             "first": self.first.ident,
             "second": self.second.ident,
             "table": self.first.write.table,
             "operations": [self.first.write.operation.value, self.second.write.operation.value],
             "profile": self.first.write.profile.name,
+            "effects": sorted({e.cell.effect.value for e in self.evidence}),
             "why_together": self.why_together,
             "footprint": self.footprint,
-            "cells": [c.to_dict() for c in self.cells],
+            "cells": [e.to_dict() for e in self.evidence],
+            "notes": list(self.notes),
         }
 
 
@@ -77,25 +145,30 @@ def footprint_overlap(a: WriteDeclaration, b: WriteDeclaration) -> str | None:
         return None
     if not a.partitions or not b.partitions:
         return "whole table"
-    for pa in a.partitions:
-        for pb in b.partitions:
-            if all(_value_match(pa[c], pb[c]) for c in pa.keys() & pb.keys()):
-                shown = "/".join(f"{k}={pa[k]}" for k in sorted(pa))
-                return f"partition {shown}" + ("" if dict(pa) == dict(pb) else f" ~ {'/'.join(f'{k}={pb[k]}' for k in sorted(pb))}")
-    return None
+    pair = overlapping_specs(a.partitions, b.partitions, same=_value_match)
+    if pair is None:
+        return None
+    pa, pb = pair
+    shown = "/".join(f"{k}={pa[k]}" for k in sorted(pa))
+    return f"partition {shown}" + ("" if dict(pa) == dict(pb) else f" ~ {'/'.join(f'{k}={pb[k]}' for k in sorted(pb))}")
 
 
-def failing_cells(a: WriteDeclaration, b: WriteDeclaration) -> tuple[Cell, ...]:
-    """The cells (either commit order, either task's profile) in which one of the two fails."""
-    cells: list[Cell] = []
-    for profile in dict.fromkeys([a.profile, b.profile]):
-        if a.operation not in profile.operations or b.operation not in profile.operations:
-            continue
-        for earlier, later in ((a.operation, b.operation), (b.operation, a.operation)):
+def pair_evidence(a: DeclaredTask, b: DeclaredTask) -> tuple[Evidence, ...]:
+    """The cells (either commit order) in which one of the two fails or both corrupt the data,
+    by every matrix that applies: each task's declared profile, then each engine's own."""
+    profiles = (a.write.profile, b.write.profile, a.engine_profile, b.engine_profile)
+    found: list[Evidence] = []
+    for profile in dict.fromkeys(p for p in profiles if p is not None):
+        ops = (a.write.operation, b.write.operation)
+        if not all(op in profile.operations for op in ops):
+            continue  # an engine matrix without the operation says nothing about the pair
+        for earlier, later in (ops, ops[::-1]):
             cell = profile.cell(earlier, later)
-            if cell.later_fails and cell not in cells:
-                cells.append(cell)
-    return tuple(cells)
+            if cell.later_fails or cell.effect.corrupts_data:
+                evidence = Evidence(profile, cell)
+                if evidence not in found:
+                    found.append(evidence)
+    return tuple(found)
 
 
 def _firings_close(a: Sequence[float], b: Sequence[float], window: float) -> float | None:
@@ -129,20 +202,22 @@ def why_together(a: DeclaredTask, b: DeclaredTask, window: float) -> str | None:
 
 
 def collisions(tasks: Sequence[DeclaredTask], window: float = 3600.0) -> list[Collision]:
-    """Every pair (and every task with itself) that can run together and would conflict."""
+    """Every pair (and every task with itself) that can run together and would conflict or
+    corrupt the data; the pairs that corrupt data come first."""
     found: list[Collision] = []
     for i, a in enumerate(tasks):
         for b in tasks[i:]:
             overlap = footprint_overlap(a.write, b.write)
             if overlap is None:
                 continue
-            cells = failing_cells(a.write, b.write)
-            if not cells:
+            evidence = pair_evidence(a, b)
+            if not evidence:
                 continue
             why = why_together(a, b, window)
             if why is not None:
-                found.append(Collision(a, b, why, overlap, cells))
-    return found
+                found.append(Collision(a, b, why, overlap, evidence))
+    order = list(FindingKind)
+    return sorted(found, key=lambda c: order.index(c.kind))  # stable: scan order within a kind
 
 
 @dataclass(frozen=True)
@@ -151,7 +226,8 @@ class PlannedPool:
 
     Tasks that collide with none of the pool's other shared tasks take one slot each and run
     side by side; the others take every slot, so they run alone (a readers-writer lock made
-    of slots).
+    of slots). A pair that would corrupt the data is a collision like any other, so its two
+    tasks never hold slots at the same time.
     """
 
     name: str
@@ -160,11 +236,13 @@ class PlannedPool:
     task_slots: tuple[tuple[str, int], ...]  # (dag_id.task_id, pool_slots)
     collisions: int
     warnings: tuple[str, ...] = field(default=())
+    corrupting: tuple[tuple[str, str], ...] = field(default=())  # pairs that would corrupt data
 
     @property
     def description(self) -> str:
-        return (f"occflow: keeps {self.collisions} colliding write pair(s) on {', '.join(self.tables)} apart "
-                f"(plan from declared writes)")
+        corrupting = f", {len(self.corrupting)} of them would corrupt data" if self.corrupting else ""
+        return (f"occflow: keeps {self.collisions} colliding write pair(s){corrupting} on {', '.join(self.tables)} "
+                f"apart (plan from declared writes)")
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -173,6 +251,7 @@ class PlannedPool:
             "tables": list(self.tables),
             "description": self.description,
             "tasks": [{"task": t, "pool_slots": s} for t, s in self.task_slots],
+            "corrupts_data": [list(pair) for pair in self.corrupting],
             "warnings": list(self.warnings),
         }
 
@@ -226,10 +305,13 @@ def plan_pools(tasks: Sequence[DeclaredTask], window: float = 3600.0) -> list[Pl
         task_slots = tuple(sorted((t, 1 if t in shared else slots) for t in members))
         tables = tuple(sorted({by_ident[t].write.table for t in members}))
         pair_count = sum(1 for c in found if c.first.ident in members)
+        corrupting = tuple((c.first.ident, c.second.ident) for c in found
+                           if c.first.ident in members and c.kind is FindingKind.CORRUPTS_DATA)
         warnings = tuple(
             f"{t} already runs in pool {by_ident[t].pool!r}; a task has one pool, move it"
             for t in sorted(members)
             if by_ident[t].pool not in (None, "", "default_pool")
         )
-        pools.append(PlannedPool(_pool_name(tables, taken), slots, tables, task_slots, pair_count, warnings))
+        pools.append(PlannedPool(_pool_name(tables, taken), slots, tables, task_slots, pair_count, warnings,
+                                 corrupting))
     return pools

@@ -5,9 +5,10 @@ footprint, stages its changes, and commits by validating against every commit ma
 snapshot, using its profile's rules: operation-level for MaxCompute (the matrix cell of the two
 operations, on overlapping partitions), footprint-level for Delta and Iceberg (the format's
 ported conflict checker). A transaction that conflicts with nothing but read a stale snapshot is
-rebased onto the latest version without redoing its work (meta-level retry). Validation and
-the version swap are atomic, so many threads committing at once never lose or duplicate a
-version.
+rebased onto the latest version without redoing its work (meta-level retry). The version swap
+is atomic and publishes a commit's snapshot and history entry together (one lock, which readers
+of both take too), so many threads committing at once never lose or duplicate a version, and
+never validate against a version whose commit they cannot see yet.
 
 Data model. The logical truth is a map ``partition -> {row id: value}``; files are the physical
 layout the footprint validators reason about. Every job's change is row-level (insert rows, set
@@ -33,6 +34,10 @@ from .profiles import OverwriteScope, Profile, RuleKind, get_profile
 
 RowId = str
 Rows = Mapping[RowId, int]
+# A commit's working copies of the partitions it touches (the rest is shared, never mutated).
+_PartRows = dict[PartitionKey, dict[RowId, int]]
+_PartFiles = dict[PartitionKey, dict[FileRef, frozenset[RowId]]]
+_Layout = Mapping[PartitionKey, Mapping[FileRef, frozenset[RowId]]]
 
 
 @dataclass(frozen=True)
@@ -179,7 +184,8 @@ class ReferenceTable:
 
     @property
     def history(self) -> tuple[Commit, ...]:
-        return tuple(self._history)
+        with self._lock:  # never a half-published commit
+            return tuple(self._history)
 
     def changes_since(self, version: float, by: str = "id") -> list[Commit]:
         """Incremental read: commits after an ID version, or after a time version.
@@ -187,10 +193,11 @@ class ReferenceTable:
         By time, compaction and clustering commits are left out: they have no time version
         (spec 001, "Data file version management").
         """
+        history = self.history
         if by == "id":
-            return [c for c in self._history if c.version > version]
+            return [c for c in history if c.version > version]
         if by == "time":
-            return [c for c in self._history if c.time_version is not None and c.time_version > version]
+            return [c for c in history if c.time_version is not None and c.time_version > version]
         raise ValueError(f"incremental reads are by 'id' or 'time', not {by!r}")
 
     # -- writing -------------------------------------------------------------------------
@@ -237,12 +244,7 @@ class ReferenceTable:
         return FileRef(f"{txn_id}-f{next(self._files)}", partition)
 
     def _plan(
-        self,
-        op: Operation,
-        snap: Snapshot,
-        txn_id: str,
-        written: Sequence[PartitionKey],
-        whole_table: bool,
+        self, op: Operation, snap: Snapshot, txn_id: str, written: Sequence[PartitionKey], whole_table: bool
     ) -> tuple[Footprint, Change]:
         """The canonical footprint and row change of ``op`` (docs/reference-engine.md)."""
         write_set = frozenset(written)
@@ -255,53 +257,45 @@ class ReferenceTable:
                 Footprint(op, frozenset(), write_set, files_added=appended, blind_append=True),
                 Change(upserts=rows_in),
             )
-        read_set = None if whole_table else write_set
         read_parts = self._partitions if whole_table else written
         files_read = frozenset(f for p in read_parts for f in snap.live_files(p))
         removed = frozenset(f for f in files_read if f.partition in write_set)
-        upserts: dict[PartitionKey, dict[RowId, int]] = {}
-        deletes: dict[PartitionKey, frozenset[RowId]] = {}
-        replace_parts: frozenset[PartitionKey] = frozenset()
-        compact = False
-        if op in (Operation.INSERT_OVERWRITE, Operation.TRUNCATE):
-            replace_parts = write_set
-            if op is Operation.INSERT_OVERWRITE:
-                upserts = {p: {f"{txn_id}-{p}-{i}": 0 for i in range(self._rows_per_insert)} for p in written}
-        elif op is Operation.UPDATE:
-            upserts = {p: {r: v + 1 for r, v in snap.rows[p].items()} for p in written}
-        elif op is Operation.DELETE:
-            deletes = {p: frozenset(r for r in snap.rows[p] if _delete_predicate(r)) for p in written}
-        elif op is Operation.MERGE:
-            upserts = {
-                p: {**{r: v + 10 for r, v in snap.rows[p].items()}, f"{txn_id}-{p}-m": 0} for p in written
-            }
-        else:  # compactions: rewrite files, change no row
-            compact = True
+        change = self._row_change(op, snap, txn_id, written)
         # A new file wherever rows are written or removed files leave rows to carry over.
         added = frozenset(
             self._new_file(p, txn_id)
             for p in written
-            if upserts.get(p)
+            if change.upserts.get(p)
             or (op is not Operation.TRUNCATE and any(f.partition == p for f in removed))
         )
         footprint = Footprint(
             op,
-            read_set,
+            None if whole_table else write_set,
             write_set,
             files_read=files_read,
             files_removed=removed,
             files_added=added,
             data_change=op.changes_data,
         )
-        compacted = {p: frozenset(snap.rows[p]) for p in written} if compact else {}
-        change = Change(
-            upserts=upserts,
-            deletes=deletes,
-            replace_partitions=replace_parts,
-            compact=compact,
-            compacted_rows=compacted,
-        )
         return footprint, change
+
+    def _row_change(self, op: Operation, snap: Snapshot, txn_id: str, written: Sequence[PartitionKey]) -> Change:
+        """What a job that reads before it writes does to the rows of ``written``, from ``snap``."""
+        if op is Operation.TRUNCATE:
+            return Change(replace_partitions=frozenset(written))
+        if op is Operation.INSERT_OVERWRITE:
+            rows_in = {p: {f"{txn_id}-{p}-{i}": 0 for i in range(self._rows_per_insert)} for p in written}
+            return Change(upserts=rows_in, replace_partitions=frozenset(written))
+        if op is Operation.UPDATE:
+            return Change(upserts={p: {r: v + 1 for r, v in snap.rows[p].items()} for p in written})
+        if op is Operation.DELETE:
+            return Change(deletes={p: frozenset(r for r in snap.rows[p] if _delete_predicate(r)) for p in written})
+        if op is Operation.MERGE:
+            return Change(
+                upserts={p: {**{r: v + 10 for r, v in snap.rows[p].items()}, f"{txn_id}-{p}-m": 0} for p in written}
+            )
+        # Compactions rewrite files and change no row.
+        return Change(compact=True, compacted_rows={p: frozenset(snap.rows[p]) for p in written})
 
     # -- the commit protocol --------------------------------------------------------------
     def _validate(self, txn: Transaction, winner: Commit) -> None:
@@ -321,17 +315,27 @@ class ReferenceTable:
         while True:
             # Validate outside the lock against what is committed now, then swap under it only
             # if nobody committed meanwhile; otherwise validate the newcomers and try again.
-            latest = self.version
-            for winner in self._history[checked:latest]:
+            latest, winners = self._published_since(checked)
+            for winner in winners:
                 self._validate(txn, winner)
             checked = latest
             with self._lock:
-                if self.version != latest:
+                if self._snapshots[-1].version != latest:
                     continue
-                commit = self._apply(txn, latest)
-                return commit
+                return self._apply(txn, latest)
+
+    def _published_since(self, version: int) -> tuple[int, list[Commit]]:
+        """The latest version and every commit after ``version``, read together under the lock.
+
+        A commit publishes its snapshot and its history entry under the same lock, so a reader
+        never sees a version without its commit (and so never skips validating against it).
+        """
+        with self._lock:
+            latest = self._snapshots[-1].version
+            return latest, self._history[version:latest]
 
     def _apply(self, txn: Transaction, latest: int) -> Commit:
+        """Apply ``txn``'s change on the latest snapshot and publish the new version (lock held)."""
         base = self._snapshots[-1]
         change, fp = txn.change, txn.footprint
         affected = (
@@ -341,10 +345,31 @@ class ReferenceTable:
             | {f.partition for f in fp.files_removed | fp.files_added}
         )
         # Copy only what this commit touches; the rest is shared with the previous snapshot.
-        rows = dict(base.rows)
-        layout = dict(base.partition_files)
         part_rows = {p: dict(base.rows[p]) for p in affected}
         part_files = {p: dict(base.partition_files[p]) for p in affected}
+        self._replace_partitions(part_rows, part_files, change, fp)
+        touched = self._write_rows(part_rows, part_files, change, fp)
+        if change.compact:
+            self._compact(part_files, change, fp)
+        else:
+            for f in sorted(fp.files_added):
+                written = touched.get(f.partition, set()) & set(part_rows[f.partition])
+                if written:
+                    part_files[f.partition][f] = frozenset(written)
+        # The log records what the commit really removed: an overwrite or truncate that replaces
+        # its partition at commit (MaxCompute, Iceberg) also drops files newer than its snapshot,
+        # and later validations must see that (Iceberg: "Missing required files to delete").
+        removed_now = frozenset(f for p in affected for f in base.partition_files[p] if f not in part_files[p])
+        if not removed_now <= fp.files_removed:
+            fp = replace(fp, files_removed=fp.files_removed | removed_now)
+        rows = {**base.rows, **part_rows}
+        layout = {**base.partition_files, **part_files}
+        return self._publish(txn, fp, base, latest, rows, layout)
+
+    def _replace_partitions(
+        self, part_rows: _PartRows, part_files: _PartFiles, change: Change, fp: Footprint
+    ) -> None:
+        """An overwrite or truncate drops the files (and their rows) of the partitions it replaces."""
         scope = self.profile.overwrite_scope
         for p in change.replace_partitions:
             files = part_files[p]
@@ -355,6 +380,11 @@ class ReferenceTable:
             for f in gone:
                 for r in files.pop(f):
                     part_rows[p].pop(r, None)
+
+    def _write_rows(
+        self, part_rows: _PartRows, part_files: _PartFiles, change: Change, fp: Footprint
+    ) -> dict[PartitionKey, set[RowId]]:
+        """Delete and upsert rows; returns the rows each partition's new file takes over."""
         touched: dict[PartitionKey, set[RowId]] = {}
         if self.profile.rules is RuleKind.FOOTPRINT and not change.compact:
             # Copy-on-write (Delta, Iceberg): the files read and rewritten go; the rows they
@@ -379,35 +409,30 @@ class ReferenceTable:
                     files[f] = frozenset(kept)
                 else:
                     del files[f]
+        return touched
+
+    def _compact(self, part_files: _PartFiles, change: Change, fp: Footprint) -> None:
+        """Merge the compacted files of each partition into the compaction's new file."""
         new_files = sorted(fp.files_added)
-        if change.compact:
-            operation_rules = self.profile.rules is RuleKind.OPERATION
-            for p in {f.partition for f in fp.files_added}:
-                files = part_files[p]
-                merged: set[RowId] = set()
-                targets = [
-                    f
-                    for f in files
-                    if f in fp.files_removed or (operation_rules and files[f] & change.compacted_rows[p])
-                ]
-                for f in targets:
-                    merged |= files.pop(f)
-                target = next((f for f in new_files if f.partition == p), None)
-                if merged and target is not None:
-                    files[target] = frozenset(merged)
-        else:
-            for f in new_files:
-                written = touched.get(f.partition, set()) & set(part_rows[f.partition])
-                if written:
-                    part_files[f.partition][f] = frozenset(written)
-        rows.update(part_rows)
-        layout.update(part_files)
-        # The log records what the commit really removed: an overwrite or truncate that replaces
-        # its partition at commit (MaxCompute, Iceberg) also drops files newer than its snapshot,
-        # and later validations must see that (Iceberg: "Missing required files to delete").
-        removed_now = frozenset(f for p in affected for f in base.partition_files[p] if f not in part_files[p])
-        if not removed_now <= fp.files_removed:
-            fp = replace(fp, files_removed=fp.files_removed | removed_now)
+        operation_rules = self.profile.rules is RuleKind.OPERATION
+        for p in {f.partition for f in fp.files_added}:
+            files = part_files[p]
+            merged: set[RowId] = set()
+            targets = [
+                f
+                for f in files
+                if f in fp.files_removed or (operation_rules and files[f] & change.compacted_rows[p])
+            ]
+            for f in targets:
+                merged |= files.pop(f)
+            target = next((f for f in new_files if f.partition == p), None)
+            if merged and target is not None:
+                files[target] = frozenset(merged)
+
+    def _publish(
+        self, txn: Transaction, fp: Footprint, base: Snapshot, latest: int, rows: Mapping[PartitionKey, Rows], layout: _Layout
+    ) -> Commit:
+        """The new version: its snapshot and its history entry, published together (lock held)."""
         now = max(self._clock(), self._last_time + 1e-6)
         data_change = fp.data_change and not fp.metadata_change
         if data_change:
@@ -434,7 +459,6 @@ class ReferenceTable:
         self._snapshots.append(snap)
         self._history.append(commit)
         return commit
-
 
 def judge(profile: Profile, mine: Footprint, theirs: Footprint) -> tuple[ConflictKind, str] | None:
     """Whether ``mine``, committing after ``theirs``, loses: the kind and the rule that says so.

@@ -19,18 +19,22 @@ from __future__ import annotations
 import contextlib
 import itertools
 import re
+import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..core.kinds import ConflictKind
-from ..core.operations import Operation
-from ..core.profiles import get_profile
-from .conformance import ConformanceRow, Observation, run_runner
-from .iceberg import IcebergCatalogConfig
-from .spark import SparkConfig, SparkEngine, error_info, sql_string
+from ...core.kinds import ConflictKind
+from ...core.operations import Operation
+from ...core.profiles import get_profile
+from ..conformance import ConformanceRow, Observation, run_runner
+from .config import SparkConfig
+from .errors import error_info
+from .iceberg_catalog import RUNTIME_JAR, IcebergCatalogConfig
+from .identifiers import sql_string
+from .session import SparkEngine
 
 ENGINE = "spark-iceberg"
 CATALOG = "occflow_conformance"
@@ -178,9 +182,7 @@ def conformance_runners(workdir: Path, spark_engine: SparkEngine | None = None) 
 
 
 def conformance_meta() -> dict[str, str]:
-    import pyspark
-
-    from .iceberg import RUNTIME_JAR
+    import pyspark  # optional heavy dependency
 
     return {"pyspark": str(pyspark.__version__), "iceberg": RUNTIME_JAR}
 
@@ -192,8 +194,6 @@ def run_iceberg_conformance(
     spark_engine: SparkEngine | None = None,
 ) -> list[ConformanceRow]:
     """Run ``pairs`` (default: all 64 of the profile) and compare with the isolation's profile."""
-    import tempfile
-
     profile = get_profile(ISOLATION_PROFILES.get(isolation, f"iceberg-{isolation}"))
     only = None if pairs is None else [(profile.operation(a), profile.operation(b)) for a, b in pairs]
     with tempfile.TemporaryDirectory(prefix="occflow-iceberg-conformance-") as tmp:

@@ -1,6 +1,6 @@
 """Caller side of the spark-submit channel: start a driver process, find it again, read its outcome.
 
-``submit_job`` starts ``spark-submit occflow/engines/driver.py ...`` as a subprocess in its own
+``submit_job`` starts ``spark-submit occflow/engines/spark/driver.py ...`` as a subprocess in its own
 session and writes a small state file next to the outcome path (pid, command, log). Anyone who
 knows the outcome path can ``SubmittedJob.reconnect`` to it later (an Airflow worker resuming a
 task, a trigger polling it) and ``poll`` / ``wait`` for the ``WriteOutcome``. A driver that dies
@@ -16,28 +16,23 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import InvalidDeclarationError
-from ..core.kinds import Classification, ConflictKind, WinningCommit
-from ..core.operations import Operation, parse_operation
-from .driver import write_atomically
-from .outcome import ErrorInfo, WriteOutcome
-from .spark import (
-    ApplicationJob,
-    CallableJob,
-    JobContext,
-    SparkConfig,
-    SqlJob,
-    as_job,
-    classify_error,
-    split_table,
-)
+from ...core.errors import InvalidDeclarationError
+from ...core.kinds import Classification, ConflictKind, WinningCommit
+from ...core.operations import Operation, parse_operation
+from ..outcome import ErrorInfo, WriteOutcome
+from .config import SparkConfig
+from .errors import classify_error
+from .identifiers import split_table
+from .jobs import ApplicationJob, CallableJob, JobContext, SqlJob, as_job
 
+#: The driver spark-submit runs: a file path, since spark-submit takes the application as a file.
 DRIVER_FILE = Path(__file__).with_name("driver.py")
 LOG_TAIL_CHARS = 8000
 
@@ -46,12 +41,29 @@ class SubmitError(InvalidDeclarationError):
     """A job that cannot be submitted, or an outcome path with no submitted job behind it."""
 
 
+def write_atomically(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file in the same directory and a rename: a
+    reader of the channel (state file, outcome) sees the whole file or none."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def spark_submit_path() -> str:
     """pyspark's own ``bin/spark-submit`` (or ``$SPARK_HOME/bin/spark-submit`` when set)."""
     home = os.environ.get("SPARK_HOME")
     if home and (Path(home) / "bin" / "spark-submit").is_file():
         return str(Path(home) / "bin" / "spark-submit")
-    import pyspark
+    import pyspark  # optional heavy dependency
 
     path = Path(pyspark.__file__).parent / "bin" / "spark-submit"
     if not path.is_file():

@@ -13,9 +13,9 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from occflow.core.engine import ReferenceTable, Transaction, expected_loser_kind
 from occflow.core.errors import CommitConflict
 from occflow.core.profiles import PROFILES
+from occflow.core.reference import ReferenceTable, Transaction, expected_loser_kind
 
 PARTS = ["p", "q"]
 # Profiles whose committed history must be serialisable in commit order. WriteSerializable and

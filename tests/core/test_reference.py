@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import random
 import threading
+import time
 
 import pytest
 
-from occflow.core.engine import ReferenceTable
 from occflow.core.errors import CommitConflict, InvalidFootprintError, UnknownOperationError
 from occflow.core.kinds import ConflictKind
 from occflow.core.operations import Operation as Op
 from occflow.core.profiles import PROFILES, Effect
+from occflow.core.reference import ReferenceTable
 
 ALL_CELLS = [(name, cell) for name, profile in PROFILES.items() for cell in profile.cells]
 
@@ -186,3 +188,80 @@ def test_a_transaction_commits_once():
     txn.commit()
     with pytest.raises(RuntimeError, match="already finished"):
         txn.commit()
+
+
+class _PausingList(list):
+    """A list whose ``append`` pauses once the element has landed."""
+
+    def __init__(self, items, pause: float) -> None:
+        super().__init__(items)
+        self.pause = pause
+
+    def append(self, item) -> None:
+        super().append(item)
+        time.sleep(self.pause)
+
+
+def test_no_commit_skips_a_winner_that_is_half_published():
+    """Issue 11, item 9: a commit that reads the newest version before that version's history entry
+    is published must still validate against it. A pause after the snapshot is appended (and
+    before the history entry is) widens that window; concurrent committers must not slip through.
+
+    The expected losers come from a brute-force oracle over what each job declared (its operation
+    and partitions) and the profile's matrix cells, not from the engine's own judge.
+    """
+    profile = PROFILES["maxcompute-transactional"]
+    ops = [Op.INSERT_INTO, Op.UPDATE, Op.DELETE]
+    table = ReferenceTable(profile, partitions=["p", "q"])
+    table.run(Op.INSERT_INTO, ["p"])
+    table.run(Op.INSERT_INTO, ["q"])
+    table._snapshots = _PausingList(table._snapshots, pause=0.002)  # a new snapshot, then a pause
+    declared: dict[str, tuple[Op, frozenset[str]]] = {}
+    finished: list[tuple[str, int, CommitConflict | None]] = []  # txn, read version, conflict
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(8)
+
+    def writer(seed: int) -> None:
+        rng = random.Random(seed)
+        barrier.wait()
+        try:
+            for _ in range(25):
+                op, parts = rng.choice(ops), rng.choice([["p"], ["q"], ["p", "q"]])
+                txn = table.begin(op, parts)
+                declared[txn.txn_id] = (op, frozenset(parts))
+                time.sleep(rng.uniform(0, 0.003))  # the job's work: others commit meanwhile
+                try:
+                    txn.commit()
+                    finished.append((txn.txn_id, txn.snapshot.version, None))
+                except CommitConflict as exc:
+                    finished.append((txn.txn_id, txn.snapshot.version, exc))
+        except BaseException as exc:  # noqa: BLE001 - surfaced by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(finished) == 8 * 25
+
+    version_of = {c.txn_id: c.version for c in table.history}
+
+    def loses_to(txn_id: str, winner_id: str) -> bool:
+        (mine, my_parts), (theirs, their_parts) = declared[txn_id], declared[winner_id]
+        return bool(my_parts & their_parts) and profile.later_fails(theirs, mine)
+
+    should_have_lost = []
+    for txn_id, read, conflict in finished:
+        if conflict is None:  # committed: no winner between its snapshot and its commit may beat it
+            mine = version_of[txn_id]
+            winners = [c.txn_id for c in table.history if read < c.version < mine and c.txn_id in declared]
+            if any(loses_to(txn_id, w) for w in winners):
+                should_have_lost.append(txn_id)
+        else:  # lost: to a commit after its snapshot that the matrix says it loses to
+            assert conflict.winner is not None and conflict.winner.version > read
+            assert loses_to(txn_id, table.history[conflict.winner.version - 1].txn_id)
+    losers = sum(1 for _, _, conflict in finished if conflict is not None)
+    assert losers > 20, "the schedule must race: most jobs overlap a concurrent winner"
+    assert should_have_lost == [], f"{len(should_have_lost)} of {len(finished)} commits should have lost"
+    assert [c.version for c in table.history] == list(range(1, len(table.history) + 1))

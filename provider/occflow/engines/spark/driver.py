@@ -1,7 +1,7 @@
 """Driver-side entry point: run one write job and leave its outcome as JSON where the caller reads it.
 
-    python -m occflow.engines.driver --outcome PATH --table T [--operation OP] JOB [--config JSON]
-    spark-submit .../occflow/engines/driver.py --outcome PATH --table T ... (same arguments)
+    python -m occflow.engines.spark.driver --outcome PATH --table T [--operation OP] JOB [--config JSON]
+    spark-submit .../occflow/engines/spark/driver.py --outcome PATH --table T ... (same arguments)
 
 JOB is one of ``--sql TEXT``, ``--sql-file FILE``, ``--callable package.module:function`` or
 ``--application FILE [--app-arg ARG ...]``. The outcome (committed snapshot / version, rows,
@@ -18,34 +18,23 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from occflow.core.errors import InvalidDeclarationError
+from occflow.engines.spark.config import SparkConfig
+from occflow.engines.spark.jobs import ApplicationJob, CallableJob, SqlJob
+from occflow.engines.spark.session import SparkEngine
+from occflow.engines.spark.submit import write_atomically
 
 EXIT_COMMITTED = 0
 EXIT_FAILED = 1
 EXIT_BAD_ARGS = 2
 
 
-def write_atomically(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same directory and a rename."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="occflow.engines.driver", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="occflow.engines.spark.driver", description=__doc__.split("\n\n")[0])
     p.add_argument("--outcome", required=True, help="where to write the outcome JSON")
     p.add_argument("--table", required=True, help="the table the job writes, e.g. lake.db.events")
     p.add_argument("--operation", help="canonical operation (default: parsed from the SQL)")
@@ -72,8 +61,6 @@ def _load_config(text: str | None) -> dict[str, Any] | None:
 
 
 def _job(args: argparse.Namespace) -> Any:
-    from occflow.engines.spark import ApplicationJob, CallableJob, SqlJob
-
     if args.sql is not None:
         return SqlJob(args.sql)
     if args.sql_file is not None:
@@ -95,9 +82,6 @@ def _params(items: list[str]) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    from occflow.core.errors import InvalidDeclarationError
-    from occflow.engines.spark import SparkConfig, SparkEngine
-
     try:
         config = SparkConfig.from_dict(_load_config(args.config))
         job = _job(args)
@@ -108,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_ARGS
     if os.environ.get("PYSPARK_GATEWAY_PORT"):
         # Started by spark-submit: the session's jars and conf came from its command line.
-        from pyspark.sql import SparkSession
+        from pyspark.sql import SparkSession  # optional heavy dependency
 
         engine.attach(SparkSession.builder.getOrCreate())
     start = time.perf_counter()

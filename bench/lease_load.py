@@ -1,5 +1,6 @@
 """A load generator for the lease store: many processes acquiring and releasing leases on
-overlapping footprints with a mix of operations. Used by the load tests and the benchmark.
+overlapping footprints with a mix of operations. Used by the load tests
+(``tests/leases/test_load.py``, with bench/ on ``sys.path``).
 """
 
 from __future__ import annotations
@@ -9,10 +10,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..core.operations import Operation
-from ..core.profiles import get_profile
-from .model import AdmissionPriorities, Holder, LeaseRequest
-from .store import LeaseStore
+from occflow.core.operations import Operation
+from occflow.core.profiles import get_profile
+from occflow.leases import AdmissionPriorities, Holder, LeaseRequest, LeaseStore
 
 
 @dataclass(frozen=True)

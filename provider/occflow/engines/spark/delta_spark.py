@@ -1,4 +1,5 @@
-"""Delta Lake on Spark via delta-spark: the user's jars, Delta's SQL extensions and catalog.
+"""Delta Lake on Spark via delta-spark: the user's jars, Delta's SQL extensions and catalog, the
+exactly-once ledger (``DESCRIBE HISTORY``) and the commit tag as delta-spark carries it.
 
 occflow ships no Delta jars (Maven artifacts, matched to the cluster's Spark and Scala): the
 user names them, in the config's ``jars`` or in ``OCCFLOW_DELTA_SPARK_JARS`` (comma-separated
@@ -7,15 +8,19 @@ paths), e.g. ``delta-spark_2.12-3.3.2.jar,delta-storage-3.3.2.jar`` for Spark 3.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .spark import CommitInfo, SparkConfigError, quote_table
-
-if TYPE_CHECKING:
-    from .spark import SparkConfig
+from ..ledger import HISTORY_DEPTH, FoundCommit
+from ..tags import APP_VERSION, CommitTag
+from .formats import CommitInfo
+from .identifiers import quote_table
+from .settings import SparkConfigError
 
 JARS_ENV = "OCCFLOW_DELTA_SPARK_JARS"
 EXTENSIONS = "io.delta.sql.DeltaSparkSessionExtension"
@@ -33,11 +38,12 @@ class DeltaFormat:
     name: str = "delta"
 
     @classmethod
-    def from_config(cls, config: SparkConfig) -> DeltaFormat:
-        unknown = sorted(set(config.catalog) - {"jars"})
+    def from_catalog(cls, catalog: Mapping[str, Any]) -> DeltaFormat:
+        """From a ``SparkConfig``'s ``catalog`` settings (only ``jars``)."""
+        unknown = sorted(set(catalog) - {"jars"})
         if unknown:
             raise SparkConfigError(f"unknown Delta catalog keys {unknown}; known keys: jars")
-        listed = config.catalog.get("jars") or []
+        listed = catalog.get("jars") or []
         if isinstance(listed, str):
             listed = [p for p in listed.split(",") if p.strip()]
         return cls(tuple(str(p) for p in listed))
@@ -81,6 +87,9 @@ class DeltaFormat:
             tag=tag,
         )
 
+    def commit_ledger(self, spark: Any, table: str) -> DeltaSparkLedger:
+        return DeltaSparkLedger(spark, table)
+
 
 def latest_version(spark: Any, table: str) -> int | None:
     """The table's latest version; None when the table does not exist yet."""
@@ -92,3 +101,69 @@ def latest_version(spark: Any, table: str) -> int | None:
             return None
         raise
     return int(rows[0]["version"]) if rows else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Exactly once: the ledger, and the tag as delta-spark's idempotent-write options
+
+
+@dataclass(frozen=True)
+class DeltaSparkLedger:
+    """A delta-spark table: idempotent-write session confs + user metadata in the commit info.
+
+    The session confs are per session: give each concurrent write its own ``spark.newSession()``.
+    """
+
+    spark: Any
+    table: str
+    engine: str = "spark-delta"
+
+    def find_commit(self, tag: CommitTag) -> FoundCommit | None:
+        for commit in self.tagged_commits():
+            if commit.tag.write_id == tag.write_id:
+                return commit
+        return None
+
+    def tagged_commits(self) -> Iterator[FoundCommit]:
+        rows = self.spark.sql(f"DESCRIBE HISTORY {quote_table(self.table)} LIMIT {HISTORY_DEPTH}").collect()
+        for row in rows:
+            text = row["userMetadata"]
+            if not text:
+                continue
+            try:
+                props = json.loads(text)
+            except ValueError:
+                continue  # someone else's user metadata
+            found = CommitTag.from_properties(props) if isinstance(props, dict) else None
+            if found is not None:
+                yield FoundCommit(self.engine, self.table, found, version=int(row["version"]),
+                                  committed_at=str(row["timestamp"]))
+
+    @contextlib.contextmanager
+    def tagging(self, tag: CommitTag) -> Iterator[None]:
+        conf = delta_spark_session_conf(tag)
+        for key, value in conf.items():
+            self.spark.conf.set(key, value)
+        try:
+            yield
+        finally:
+            for key in conf:
+                self.spark.conf.unset(key)
+
+
+def delta_spark_write_options(tag: CommitTag) -> dict[str, str]:
+    """DataFrame writer options for delta-spark (idempotent writes + user metadata)."""
+    return {
+        "txnAppId": tag.app_id,
+        "txnVersion": str(APP_VERSION),
+        "userMetadata": json.dumps(tag.properties(), sort_keys=True),
+    }
+
+
+def delta_spark_session_conf(tag: CommitTag) -> dict[str, str]:
+    """Session confs with the same effect for SQL writes (INSERT / MERGE / UPDATE / DELETE)."""
+    return {
+        "spark.databricks.delta.write.txnAppId": tag.app_id,
+        "spark.databricks.delta.write.txnVersion": str(APP_VERSION),
+        "spark.databricks.delta.commitInfo.userMetadata": json.dumps(tag.properties(), sort_keys=True),
+    }

@@ -1,0 +1,1 @@
+"""The transaction core: pure Python, no Airflow, Spark, delta-rs or SQLAlchemy (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""Real engines, one folder each (deltars/, spark/, maxcompute/), never importing each other."""

@@ -1,0 +1,42 @@
+"""delta-rs: Delta tables through ``deltalake`` (no JVM), with occflow's commit tags, exactly-once
+ledger, error records and conformance runners. ``deltalake`` / ``pyarrow`` are imported where a
+table is used, so importing this package costs nothing where they are not installed."""
+
+from __future__ import annotations
+
+from .commit import COMMIT_ID_KEY, CommitOptions, ambient_commit, deltars_commit
+from .conformance import (
+    OTHER_PARTITION,
+    PAIR_PARTITION,
+    DeltaRsPairRunner,
+    PairJobs,
+    conformance_meta,
+    conformance_runners,
+)
+from .errors import classify_error, error_info
+from .ledger import DeltaRsLedger
+from .predicates import Compare, Literal, Where, column, literal
+from .table import ENGINE, DeltaRsTable
+
+__all__ = [
+    "COMMIT_ID_KEY",
+    "ENGINE",
+    "OTHER_PARTITION",
+    "PAIR_PARTITION",
+    "CommitOptions",
+    "Compare",
+    "DeltaRsLedger",
+    "DeltaRsPairRunner",
+    "DeltaRsTable",
+    "Literal",
+    "PairJobs",
+    "Where",
+    "ambient_commit",
+    "classify_error",
+    "column",
+    "conformance_meta",
+    "conformance_runners",
+    "deltars_commit",
+    "error_info",
+    "literal",
+]

@@ -1,0 +1,193 @@
+"""delta-rs conformance: every ordered pair of the Delta profiles' operations on one partition of
+a fresh real table, the later job planned on the earlier job's snapshot and committed after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...core.errors import InvalidDeclarationError
+from ...core.operations import Operation
+from ..conformance import Observation
+from ..outcome import WriteOutcome
+from .commit import CommitOptions
+from .predicates import Compare, Where
+from .table import ENGINE, DeltaRsTable
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+
+#: The partition both jobs of a pair work on; ``other`` holds rows no job touches.
+PAIR_PARTITION = "a"
+OTHER_PARTITION = "b"
+
+_ISOLATION = {
+    "WriteSerializable": ("delta-rs", ("delta-write-serializable",)),
+    "Serializable": ("delta-rs", ("delta-serializable",)),
+}
+
+
+def _rows_table(part: str, ids: Sequence[int], value: int) -> Any:
+    import pyarrow as pa  # type: ignore[import-untyped]  # optional heavy dependency
+
+    return pa.table(
+        {
+            "id": pa.array(list(ids), pa.int64()),
+            "part": pa.array([part] * len(ids), pa.string()),
+            "value": pa.array([value] * len(ids), pa.int64()),
+        }
+    )
+
+
+@dataclass(frozen=True)
+class PairJobs:
+    """How each canonical operation is run on partition ``a`` by one job of a pair.
+
+    ``role`` ("earlier" / "later") gives the two jobs different rows, so neither writes what the
+    other wrote; both stay inside the partition.
+    """
+
+    table: DeltaRsTable
+
+    def run(self, op: Operation, snapshot: DeltaTable, role: str) -> WriteOutcome:
+        part = {"part": PAIR_PARTITION}
+        base = 100 if role == "earlier" else 200
+        commit = CommitOptions(metadata={"occflow.conformance": f"{role}:{op.value}"})
+        if op is Operation.INSERT_INTO:
+            return self.table.append(_rows_table(PAIR_PARTITION, [base + 1], base), snapshot=snapshot, commit=commit)
+        if op is Operation.INSERT_OVERWRITE:
+            return self.table.overwrite(
+                _rows_table(PAIR_PARTITION, [base + 1, base + 2], base), partition=part, snapshot=snapshot, commit=commit
+            )
+        if op is Operation.TRUNCATE:
+            return self.table.truncate(partition=part, snapshot=snapshot, commit=commit)
+        # Row-level jobs read the whole partition, as the matrix's "two jobs on one partition"
+        # means: delta-rs matches its read predicate against file statistics, so a predicate
+        # on a few ids would let jobs on disjoint files pass (shown separately in the tests).
+        if op is Operation.UPDATE:
+            return self.table.update(set_values={"value": base}, partition=part, snapshot=snapshot, commit=commit)
+        if op is Operation.DELETE:
+            # "id != k" cannot be pruned by statistics: every file of the partition is read
+            keep = 1 if role == "earlier" else 2
+            return self.table.delete(Where((Compare("id", "!=", keep),)), partition=part, snapshot=snapshot, commit=commit)
+        if op is Operation.MERGE:
+            source = _rows_table(PAIR_PARTITION, [1 if role == "earlier" else 2, base + 5], base)
+            return self.table.merge(source, ["id"], partition=part, snapshot=snapshot, commit=commit)
+        if op is Operation.OPTIMIZE:
+            return self.table.optimize(partition=part, snapshot=snapshot, commit=commit)
+        if op is Operation.ALTER_METADATA:
+            return self.table.set_properties(
+                {f"occflow.conformance.{role}": "1"}, snapshot=snapshot, commit=commit
+            )
+        raise InvalidDeclarationError(f"delta-rs conformance has no job for operation {op.value!r}")
+
+
+@dataclass
+class DeltaRsPairRunner:
+    """Runs pairs on fresh delta-rs tables under ``workdir`` at one ``delta.isolationLevel``."""
+
+    workdir: Path
+    isolation: str = "WriteSerializable"
+    engine: str = ENGINE
+    profile: str = field(init=False)
+    compare_with: tuple[str, ...] = field(init=False)
+    label: str = field(init=False)
+    _count: int = field(default=0, init=False)
+
+    def __post_init__(self) -> None:
+        self.label = f"delta-rs {self.isolation}"
+        try:
+            self.profile, self.compare_with = _ISOLATION[self.isolation]
+        except KeyError:
+            raise InvalidDeclarationError(
+                f"unknown delta.isolationLevel {self.isolation!r}; use one of {', '.join(_ISOLATION)}"
+            ) from None
+
+    def prepare(self, name: str) -> DeltaRsTable:
+        """A fresh table: partition ``a`` in two files (rows 1-2, 3-4), partition ``b`` in one."""
+        path = self.workdir / name
+        if path.exists():
+            shutil.rmtree(path)
+        table = DeltaRsTable(path)
+        steps = [
+            table.create(
+                _rows_table(PAIR_PARTITION, [1, 2], 0),
+                partition_by=["part"],
+                configuration={"delta.isolationLevel": self.isolation},
+            ),
+            table.append(_rows_table(PAIR_PARTITION, [3, 4], 0)),
+            table.append(_rows_table(OTHER_PARTITION, [1, 2], 0)),
+        ]
+        for step in steps:
+            if not step.committed:
+                raise RuntimeError(f"could not prepare conformance table {path}: {step.error}")
+        return table
+
+    def run_pair(self, earlier: Operation, later: Operation) -> Observation:
+        self._count += 1
+        table = self.prepare(f"{self.isolation.lower()}-{self._count:03d}-{earlier.value}-{later.value}")
+        start = time.perf_counter()
+        read_version = table.version()
+        # Both jobs hold the same snapshot; the later one plans on it only after the earlier
+        # committed, so delta-rs must check it against the winning commit.
+        earlier_snapshot = table.load(read_version)
+        later_snapshot = table.load(read_version)
+        jobs = PairJobs(table)
+        first = jobs.run(earlier, earlier_snapshot, "earlier")
+        if not first.committed:
+            return Observation(
+                later_committed=False,
+                earlier_committed=False,
+                earlier_error=None if first.error is None else first.error.text,
+                seconds=time.perf_counter() - start,
+            )
+        second = jobs.run(later, later_snapshot, "later")
+        note = f"read version {read_version}; earlier committed {first.version}"
+        if second.committed:
+            note += f", later committed {second.version}"
+            duplicated = _duplicated_ids(table)
+            if duplicated:
+                note += f"; DUPLICATED ROWS in partition {PAIR_PARTITION}: ids {duplicated}"
+            return Observation(later_committed=True, seconds=time.perf_counter() - start, note=note)
+        kind = None if second.classification is None else second.classification.kind
+        return Observation(
+            later_committed=False,
+            later_kind=kind,
+            later_error=None if second.error is None else " ".join(second.error.messages),
+            seconds=time.perf_counter() - start,
+            note=note,
+        )
+
+
+def _duplicated_ids(table: DeltaRsTable) -> list[int]:
+    """Ids that appear more than once in the pair's partition: no job here writes an id twice."""
+    import pyarrow.compute as pc  # type: ignore[import-untyped]  # optional heavy dependency
+
+    data = table.load().to_pyarrow_table(columns=["id", "part"])
+    ids = data.filter(pc.equal(data["part"], PAIR_PARTITION))["id"].to_pylist()
+    return sorted({i for i in ids if ids.count(i) > 1})
+
+
+@contextlib.contextmanager
+def conformance_runners(workdir: Path) -> Iterator[list[DeltaRsPairRunner]]:
+    """delta-rs at both isolation levels it implements (the framework's engine entry point)."""
+    root = Path(workdir) / "delta-rs"
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        yield [DeltaRsPairRunner(root, "WriteSerializable"), DeltaRsPairRunner(root, "Serializable")]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def conformance_meta() -> dict[str, str]:
+    import deltalake  # optional heavy dependency
+
+    return {"deltalake": str(deltalake.__version__)}
+

@@ -1,0 +1,259 @@
+"""Apache Iceberg on Spark: the table format (commit lookup in the snapshot metadata), the
+exactly-once ledger, and the commit tag as Iceberg carries it (snapshot summary properties).
+
+The catalog and its jars are in ``iceberg_catalog.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...core.errors import InvalidDeclarationError
+from ..ledger import FoundCommit
+from ..tags import WRITE_ID, CommitTag
+from .formats import CommitInfo
+from .iceberg_catalog import EXTENSIONS, IcebergCatalogConfig, jdbc_driver_jar, runtime_jars
+from .identifiers import quote_table, split_table, sql_string
+from .settings import SparkConfigError
+
+
+@dataclass(frozen=True)
+class SnapshotRef:
+    snapshot_id: int | None
+    sequence_number: int | None = None
+
+
+@dataclass(frozen=True)
+class IcebergFormat:
+    catalog: IcebergCatalogConfig
+    name: str = "iceberg"
+
+    @classmethod
+    def from_catalog(cls, catalog: Mapping[str, Any], home: Path) -> IcebergFormat:
+        """From a ``SparkConfig``'s ``catalog`` settings; embedded defaults live under ``home``."""
+        return cls(IcebergCatalogConfig.from_dict(dict(catalog)).resolved(home))
+
+    def spark_conf(self) -> dict[str, str]:
+        return {"spark.sql.extensions": EXTENSIONS, **self.catalog.spark_conf()}
+
+    def jars(self) -> list[str]:
+        jars = runtime_jars()
+        driver = jdbc_driver_jar(self.catalog.uri) if self.catalog.uri else None
+        if driver:
+            jars.append(driver)
+        return jars
+
+    def prepare(self) -> None:
+        self.catalog.prepare()
+
+    def qualify(self, table: str) -> str:
+        """``db.t`` → ``<catalog>.db.t``; an identifier naming its catalog is kept."""
+        parts = split_table(table)
+        return table if len(parts) >= 3 else f"{self.catalog.name}.{table}"
+
+    def before(self, spark: Any, table: str) -> SnapshotRef | None:
+        return current_snapshot(spark, self.qualify(table))
+
+    def after(self, spark: Any, table: str, before: SnapshotRef | None) -> CommitInfo:
+        """The snapshot this job committed: the newest one after ``before`` by this application."""
+        name = self.qualify(table)
+        current = current_snapshot(spark, name)
+        if current is None or current.snapshot_id is None:
+            return CommitInfo(tag={"commit": "none"})
+        since = None if before is None else before.snapshot_id
+        if current.snapshot_id == since:
+            return CommitInfo(tag={"commit": "none"})  # e.g. a DELETE that matched no row
+        snapshots = _snapshots(spark, name)
+        app_id = _app_id(spark)
+        chain: list[dict[str, Any]] = []
+        sid: int | None = current.snapshot_id
+        while sid is not None and sid != since and sid in snapshots:
+            chain.append(snapshots[sid])
+            sid = snapshots[sid]["parent_id"]
+        mine = [s for s in chain if app_id is None or s["summary"].get("spark.app.id") in (None, app_id)]
+        chosen = mine[0] if mine else chain[0] if chain else None
+        if chosen is None:
+            return CommitInfo(snapshot_id=current.snapshot_id, version=current.sequence_number)
+        summary = chosen["summary"]
+        tag = {"iceberg_operation": str(chosen["operation"])}
+        for key in ("added-records", "deleted-records", "added-data-files", "deleted-data-files"):
+            if key in summary:
+                tag[key] = str(summary[key])
+        if len(mine) > 1:
+            tag["commit"] = f"ambiguous: {len(mine)} snapshots by this application since the job started"
+        rows = summary.get("added-records")
+        return CommitInfo(
+            version=_sequence_number(spark, name, chosen["snapshot_id"]),
+            snapshot_id=int(chosen["snapshot_id"]),
+            rows=None if rows is None else int(rows),
+            tag=tag,
+        )
+
+    def commit_ledger(self, spark: Any, table: str) -> IcebergLedger:
+        return IcebergLedger(spark, self.qualify(table))
+
+
+def current_snapshot(spark: Any, table: str) -> SnapshotRef | None:
+    """The table's current snapshot and sequence number; None when the table does not exist."""
+    try:
+        rows = spark.sql(
+            f"SELECT latest_snapshot_id, latest_sequence_number FROM {quote_table(table)}.metadata_log_entries "
+            "ORDER BY timestamp DESC LIMIT 1"
+        ).collect()
+    except Exception as exc:
+        if "TABLE_OR_VIEW_NOT_FOUND" in str(exc) or "not found" in str(exc).lower():
+            return None
+        raise
+    if not rows:
+        return SnapshotRef(None)
+    sid, seq = rows[0][0], rows[0][1]
+    return SnapshotRef(None if sid is None else int(sid), None if seq is None else int(seq))
+
+
+def _snapshots(spark: Any, table: str) -> dict[int, dict[str, Any]]:
+    rows = spark.sql(
+        f"SELECT snapshot_id, parent_id, operation, summary FROM {quote_table(table)}.snapshots"
+    ).collect()
+    return {
+        int(r["snapshot_id"]): {
+            "snapshot_id": int(r["snapshot_id"]),
+            "parent_id": None if r["parent_id"] is None else int(r["parent_id"]),
+            "operation": r["operation"],
+            "summary": dict(r["summary"] or {}),
+        }
+        for r in rows
+    }
+
+
+def _sequence_number(spark: Any, table: str, snapshot_id: int) -> int | None:
+    rows = spark.sql(
+        f"SELECT latest_sequence_number FROM {quote_table(table)}.metadata_log_entries "
+        f"WHERE latest_snapshot_id = {int(snapshot_id)} ORDER BY timestamp LIMIT 1"
+    ).collect()
+    return None if not rows or rows[0][0] is None else int(rows[0][0])
+
+
+def _app_id(spark: Any) -> str | None:
+    try:
+        return str(spark.sparkContext.applicationId)
+    except Exception:  # Spark Connect: no SparkContext on the client
+        return None
+
+
+def pinned_session(spark: Any, catalog: str = "lake") -> Any:
+    """A new session of ``spark``'s context whose ``catalog`` caches the tables it loads.
+
+    A table it has read stays on that snapshot until this session writes it, however many
+    commits other sessions or drivers make: its next write plans on the old snapshot and Iceberg
+    validates it against everything committed since, as for a job that started back then. The
+    conformance suite and the conflict tests use it to fix the commit order without sleeps.
+    """
+    if not catalog.isidentifier():
+        raise SparkConfigError(f"catalog name must be an identifier, got {catalog!r}")
+    session = spark.newSession()
+    session.conf.set(f"spark.sql.catalog.{catalog}.cache-enabled", "true")
+    session.conf.set(f"spark.sql.catalog.{catalog}.cache.expiration-interval-ms", "-1")
+    return session
+
+
+def set_commit_retries(spark: Any, table: str, retries: int) -> None:
+    """Set ``commit.retry.num-retries`` on an existing table (0 = fail on the first lost race)."""
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise SparkConfigError(f"commit retries must be an integer >= 0, got {retries!r}")
+    spark.sql(
+        f"ALTER TABLE {quote_table(table)} SET TBLPROPERTIES ('commit.retry.num-retries' = '{int(retries)}')"
+    )
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Exactly once: the ledger, and the tag in the snapshot summary
+
+
+@dataclass(frozen=True)
+class IcebergLedger:
+    """An Iceberg table on a Spark session: the tag is in the snapshot summary."""
+
+    spark: Any
+    table: str  # qualified: catalog.db.table
+    engine: str = "spark-iceberg"
+
+    def _rows(self, where: str) -> list[Any]:
+        return list(
+            self.spark.sql(
+                f"SELECT snapshot_id, CAST(committed_at AS STRING) AS committed_at, summary "
+                f"FROM {quote_table(self.table)}.snapshots WHERE {where} ORDER BY committed_at DESC"
+            ).collect()
+        )
+
+    def _found(self, row: Any) -> FoundCommit | None:
+        tag = CommitTag.from_properties(dict(row["summary"] or {}))
+        if tag is None:
+            return None
+        snapshot_id = int(row["snapshot_id"])
+        return FoundCommit(self.engine, self.table, tag, version=_sequence_number(self.spark, self.table, snapshot_id),
+                           snapshot_id=snapshot_id, committed_at=row["committed_at"])
+
+    def find_commit(self, tag: CommitTag) -> FoundCommit | None:
+        rows = self._rows(f"try_element_at(summary, {sql_string(WRITE_ID)}) = {sql_string(tag.write_id)}")
+        return None if not rows else self._found(rows[0])
+
+    def tagged_commits(self) -> Iterator[FoundCommit]:
+        for row in self._rows(f"try_element_at(summary, {sql_string(WRITE_ID)}) IS NOT NULL"):
+            found = self._found(row)
+            if found is not None:
+                yield found
+
+    def tagging(self, tag: CommitTag) -> contextlib.AbstractContextManager[None]:
+        return iceberg_commit_properties(self.spark, tag)
+
+
+def iceberg_write_options(tag: CommitTag) -> dict[str, str]:
+    """DataFrame writer options: each ``snapshot-property.K`` lands in the snapshot summary."""
+    return {f"snapshot-property.{k}": v for k, v in tag.properties().items()}
+
+
+_COMMIT_METADATA = "org.apache.iceberg.spark.CommitMetadata"
+
+
+def _commit_properties_local(spark: Any) -> Any:
+    """Iceberg's per-thread commit properties (``CommitMetadata.COMMIT_PROPERTIES``).
+
+    ``CommitMetadata.withCommitProperties(map, callable, exClass)`` sets this thread-local around
+    a Java ``Callable``; from Python we set and clear it ourselves on the JVM thread PySpark
+    pins to this Python thread, which is the thread that runs the SQL and its commit.
+    """
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:
+        raise InvalidDeclarationError(
+            "tagging Iceberg SQL commits needs a classic Spark session (py4j); Spark Connect has "
+            "no JVM on the client: use DataFrame writes with iceberg_write_options(tag)"
+        )
+    try:
+        cls = jvm.org.apache.spark.util.Utils.classForName(_COMMIT_METADATA, True, False)
+        field = cls.getDeclaredField("COMMIT_PROPERTIES")
+        field.setAccessible(True)
+        return field.get(None)
+    except Exception as exc:
+        raise InvalidDeclarationError(
+            f"this Iceberg runtime has no {_COMMIT_METADATA}.COMMIT_PROPERTIES, so occflow cannot tag "
+            f"its SQL commits: {exc}"
+        ) from exc
+
+
+@contextlib.contextmanager
+def iceberg_commit_properties(spark: Any, tag: CommitTag) -> Iterator[None]:
+    """Every Iceberg commit this thread makes inside carries the tag in its snapshot summary."""
+    local = _commit_properties_local(spark)
+    props = spark._jvm.java.util.HashMap()
+    for key, value in tag.properties().items():
+        props.put(key, value)
+    local.set(props)
+    try:
+        yield
+    finally:
+        local.remove()

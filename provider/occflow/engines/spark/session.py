@@ -1,0 +1,181 @@
+"""Run write jobs on Spark and return one ``WriteOutcome`` per job.
+
+A job is SQL (one string, possibly several statements), a Python callable ``(spark, context)``,
+or a PySpark application file (``jobs.py``). The table format decides the session's jars and SQL
+extensions and how the committed version is found: Iceberg (``iceberg.py``), Delta via
+delta-spark (``delta_spark.py``), or plain Parquet/Hive tables, which detect no conflicts at all.
+
+PySpark is imported inside functions, so importing this module costs nothing and ``occflow``
+stays usable where Spark is not installed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from ...core.errors import InvalidDeclarationError
+from ...core.operations import Operation, parse_operation
+from ..outcome import WriteOutcome
+from .config import SparkConfig
+from .errors import classify_error, error_info
+from .identifiers import split_table
+from .jobs import Job, JobContext, as_job
+from .settings import SparkConfigError
+
+_session_lock = threading.Lock()
+# Settings fixed when the JVM starts: a running session with other values cannot serve the job.
+_STATIC_KEYS = ("spark.sql.extensions", "spark.jars")
+
+
+class SparkEngine:
+    """Runs write jobs on one Spark session built from a ``SparkConfig``."""
+
+    def __init__(self, config: SparkConfig | Mapping[str, Any] | None = None) -> None:
+        self.config = config if isinstance(config, SparkConfig) else SparkConfig.from_dict(config)
+        self.format = self.config.table_format_spec()
+        self._spark: Any = None
+
+    @property
+    def engine_name(self) -> str:
+        return f"spark-{self.format.name}"
+
+    def session(self) -> Any:
+        """The session, started on first use (the embedded default is a local session)."""
+        with _session_lock:
+            if self._spark is not None and not _stopped(self._spark):
+                return self._spark
+            self.format.prepare()
+            from pyspark.sql import SparkSession  # optional heavy dependency
+
+            if self.config.remote:
+                builder = SparkSession.builder.remote(self.config.remote)
+                for key, value in self.config.spark_conf().items():
+                    if key not in _STATIC_KEYS and not key.startswith("spark.ui"):
+                        builder = builder.config(key, value)
+                self._spark = builder.getOrCreate()
+                return self._spark
+            builder = SparkSession.builder.master(self.config.master)
+            conf = self.config.spark_conf()
+            _check_running_context(conf)
+            for key, value in conf.items():
+                builder = builder.config(key, value)
+            spark = builder.getOrCreate()
+            running = spark.sparkContext.getConf()
+            for key in _STATIC_KEYS:
+                want = conf.get(key)
+                have = running.get(key, None)
+                if want is not None and have != want:
+                    raise SparkConfigError(
+                        f"a Spark session with other settings already runs in this process: {key} is "
+                        f"{have!r} but this config needs {want!r}; stop that session first or run the "
+                        "job through spark-submit (occflow.engines.spark.submit)"
+                    )
+            self._spark = spark
+            return spark
+
+    def attach(self, spark: Any) -> None:
+        """Use a session someone else started (spark-submit, a notebook) instead of building one."""
+        self.format.prepare()
+        with _session_lock:
+            self._spark = spark
+
+    def stop(self) -> None:
+        with _session_lock:
+            if self._spark is not None:
+                self._spark.stop()
+                self._spark = None
+
+    def run(
+        self,
+        job: Job | str | Path | Callable[[Any, JobContext], None],
+        table: str,
+        operation: Operation | str | None = None,
+        params: Mapping[str, str] | None = None,
+        session: Any = None,
+    ) -> WriteOutcome:
+        """Run ``job`` as a write to ``table``; a failing job is a failed outcome, not an error.
+
+        ``session`` runs the job on another session of the same context (the conformance suite
+        uses one that still sees an older snapshot).
+        """
+        the_job = as_job(job)
+        split_table(table)
+        op = self._operation(the_job, operation)
+        spark = session if session is not None else self.session()
+        context = JobContext(table=table, operation=op, params=MappingProxyType(dict(params or {})))
+        before = self.format.before(spark, table)
+        start = time.perf_counter()
+        try:
+            the_job.run(spark, context)
+        except Exception as exc:  # the job's failure is the outcome we report
+            seconds = time.perf_counter() - start
+            info = error_info(exc)
+            return WriteOutcome(
+                engine=self.engine_name,
+                table=table,
+                operation=op,
+                committed=False,
+                seconds=seconds,
+                error=info,
+                classification=classify_error(exc),
+                tag={"job": the_job.describe(), "run_id": context.run_id},
+            )
+        seconds = time.perf_counter() - start
+        commit = self.format.after(spark, table, before)
+        return WriteOutcome(
+            engine=self.engine_name,
+            table=table,
+            operation=op,
+            committed=True,
+            seconds=seconds,
+            version=commit.version,
+            snapshot_id=commit.snapshot_id,
+            rows=commit.rows,
+            tag={"job": the_job.describe(), "run_id": context.run_id, **commit.tag},
+        )
+
+    @staticmethod
+    def _operation(job: Job, operation: Operation | str | None) -> Operation:
+        if operation is not None:
+            return parse_operation(operation)
+        found = job.operation()
+        if found is None:
+            raise InvalidDeclarationError(
+                f"cannot tell the operation of {job.describe()!r}: pass operation= "
+                "(insert_into, insert_overwrite, update, delete, merge, ...)"
+            )
+        return found
+
+
+def _check_running_context(conf: Mapping[str, str]) -> None:
+    """A context already running in this process must have our jars and catalogs, or the job
+    would silently write through another catalog (a catalog is fixed when first used)."""
+    from pyspark import SparkContext  # optional heavy dependency
+
+    running = SparkContext._active_spark_context
+    if running is None:
+        return
+    have = running.getConf()
+    for key, want in conf.items():
+        if key in _STATIC_KEYS or key.startswith("spark.sql.catalog."):
+            got = have.get(key, None)
+            if got is not None and got != want:
+                raise SparkConfigError(
+                    f"a Spark session with other settings already runs in this process: {key} is "
+                    f"{got!r} but this config needs {want!r}; use the same config (home, catalog), "
+                    "stop that session first, or run the job through spark-submit (occflow.engines.spark.submit)"
+                )
+
+
+def _stopped(spark: Any) -> bool:
+    try:
+        sc = spark.sparkContext
+    except Exception:  # Spark Connect sessions have no SparkContext
+        return False
+    return sc._jsc is None
+

@@ -1,0 +1,105 @@
+"""Admission for one task: the lease store it talks to and the steps of the write flow that
+touch it — who holds the lease, what is requested, the decision, keeping the lease alive while
+the job runs, letting it go.
+
+Operators, the conflict-free sensor and the lease triggers all use this object, importing it
+from below, so the Airflow face holds no admission logic of its own. A context is read
+duck-typed (a mapping with the task instance under ``"ti"``): no Airflow import here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from ..core.declaration import WriteDeclaration
+from .config import store_url
+from .keeper import LeaseKeeper
+from .model import Admission, Holder, Lease, LeaseLostError, LeaseRequest, NotAdmittedError
+from .store import LeaseStore
+
+_log = logging.getLogger(__name__)
+
+
+@lru_cache(maxsize=8)
+def cached_store(url: str | None = None) -> LeaseStore:
+    """One store per URL per process (an engine with its connection pool)."""
+    return LeaseStore.from_url(store_url(url))
+
+
+def holder_of(context: Mapping[str, Any]) -> Holder:
+    """The task instance in an Airflow(-like) context as a holder; a mapped instance by index."""
+    ti = context.get("ti")
+    if ti is None:
+        return Holder()
+    return Holder(
+        dag_id=str(ti.dag_id),
+        task_id=str(ti.task_id) + ("" if getattr(ti, "map_index", -1) in (-1, None) else f"[{ti.map_index}]"),
+        run_id=str(ti.run_id),
+        try_number=int(getattr(ti, "try_number", 0) or 0),
+    )
+
+
+@dataclass(frozen=True)
+class TaskAdmission:
+    """A task's way into the lease store at ``store_url`` (``None``: env, else embedded SQLite)."""
+
+    store_url: str | None = None
+    lease_ttl: float = 300.0  # seconds a lease lives without a heartbeat
+
+    @property
+    def store(self) -> LeaseStore:
+        return cached_store(self.store_url)
+
+    def holder(self, context: Mapping[str, Any]) -> Holder:
+        return holder_of(context)
+
+    def request(self, declaration: WriteDeclaration, context: Mapping[str, Any]) -> LeaseRequest:
+        return LeaseRequest.from_declaration(declaration, holder=self.holder(context), ttl=self.lease_ttl)
+
+    def decide(self, request: LeaseRequest) -> Admission:
+        """The lease now, or the request's place in the queue and what it waits behind."""
+        return self.store.decide(request)
+
+    def blocking_leases(self, request: LeaseRequest) -> list[Lease]:
+        """Live leases that block ``request``, without taking a lease or a queue place."""
+        return self.store.blocking_leases(request)
+
+    @staticmethod
+    def admitted_event(lease: Lease) -> dict[str, Any]:
+        """What a trigger that was granted ``lease`` hands the resumed task (``lease_from_event``)."""
+        return {"status": "admitted", "lease_id": lease.lease_id, "table": lease.table}
+
+    def lease_from_event(self, event: Mapping[str, Any] | None) -> Lease:
+        """The lease the admission trigger was granted, looked up in the store by id."""
+        if not event or event.get("status") != "admitted":
+            raise NotAdmittedError(f"admission did not grant a lease: {event!r}")
+        for lease in self.store.leases(event["table"]):
+            if lease.lease_id == event["lease_id"]:
+                return lease
+        raise LeaseLostError(
+            f"lease {event['lease_id']} granted while deferred has expired before the task resumed; "
+            "raise lease_ttl or the triggerer's capacity"
+        )
+
+    @contextlib.contextmanager
+    def keep(self, lease: Lease | None, log: logging.Logger | None = None) -> Iterator[None]:
+        """Heartbeat the lease while the job runs; warn on ``log`` if it lapsed meanwhile."""
+        if lease is None:
+            yield
+            return
+        keeper = LeaseKeeper(self.store, lease)
+        with keeper:
+            yield
+        if keeper.lost.is_set():
+            (log or _log).warning(
+                "lease %s lapsed during the write: admission did not cover all of it", lease.lease_id
+            )
+
+    def release(self, lease: Lease | None) -> None:
+        if lease is not None:
+            self.store.release(lease)

@@ -1,0 +1,126 @@
+"""The lease store's rows and the model's objects, one into the other."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..core.footprint import parse_partition_key
+from ..core.operations import Operation
+from .model import WHOLE_TABLE, Claim, Holder, Lease, LeaseRequest, from_epoch
+
+
+def dump_keys(keys: frozenset[str] | None) -> str | None:
+    return None if keys is None else json.dumps(sorted(keys))
+
+
+def load_keys(text: str | None) -> frozenset[str] | None:
+    return None if text is None else frozenset(json.loads(text))
+
+
+def columns_of(key: str) -> str:
+    """A key's column signature (``"country,ds"``): the key rows are looked up by it."""
+    return ",".join(sorted(parse_partition_key(key)))
+
+
+def holder_values(holder: Holder) -> dict[str, Any]:
+    return {
+        "dag_id": holder.dag_id,
+        "task_id": holder.task_id,
+        "run_id": holder.run_id,
+        "try_number": holder.try_number,
+        "host": holder.host,
+        "pid": holder.pid,
+    }
+
+
+def holder_of(row: Any) -> Holder:
+    return Holder(row.dag_id, row.task_id, row.run_id, row.try_number, row.host, row.pid)
+
+
+def claim_of(row: Any) -> Claim:
+    """What a lease row or a queue row claims."""
+    return Claim.of(row.profile, row.operation, load_keys(row.partitions))
+
+
+def lease_rows(
+    request: LeaseRequest, lease_id: str, now: float, fence: int = 0
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The rows a grant writes: the lease, and one key row per partition ("*" = whole table)."""
+    lease_row = {
+        "lease_id": lease_id,
+        "request_id": request.request_id,
+        "table_name": request.table,
+        "partitions": dump_keys(request.partitions),
+        "operation": request.operation.value,
+        "profile": request.profile.name,
+        **holder_values(request.holder),
+        "acquired_at": now,
+        "heartbeat_at": now,
+        "expires_at": now + request.ttl,
+        "ttl": request.ttl,
+        "fence": fence,
+    }
+    keys = (
+        [(WHOLE_TABLE, WHOLE_TABLE)]
+        if request.partitions is None
+        else [(k, columns_of(k)) for k in sorted(request.partitions)]
+    )
+    key_rows = [
+        {"lease_id": lease_id, "table_name": request.table, "partition_key": k, "columns": c} for k, c in keys
+    ]
+    return lease_row, key_rows
+
+
+def queue_row(request: LeaseRequest, queue_key: float, now: float) -> dict[str, Any]:
+    """The row of a request that waits: its place is ``queue_key`` (arrival minus head start)."""
+    return {
+        "request_id": request.request_id,
+        "table_name": request.table,
+        "partitions": dump_keys(request.partitions),
+        "operation": request.operation.value,
+        "profile": request.profile.name,
+        **holder_values(request.holder),
+        "queue_key": queue_key,
+        "enqueued_at": now,
+        "seen_at": now,
+        "expires_at": now + request.queue_ttl,
+    }
+
+
+def lease_of(row: Any, valid_until: float | None = None) -> Lease:
+    """The lease a row holds; ``valid_until`` when the caller anchored it (``Lease``)."""
+    return Lease(
+        lease_id=row.lease_id,
+        request_id=row.request_id,
+        table=row.table_name,
+        partitions=load_keys(row.partitions),
+        operation=Operation(row.operation),
+        profile=row.profile,
+        holder=holder_of(row),
+        acquired=from_epoch(row.acquired_at),
+        heartbeat=from_epoch(row.heartbeat_at),
+        expires=from_epoch(row.expires_at),
+        ttl=row.ttl,
+        fence=int(row.fence or 0),
+        valid_until=valid_until,
+    )
+
+
+def granted_lease(request: LeaseRequest, lease_id: str, now: float, fence: int, sent: float) -> Lease:
+    """The lease a grant at ``now`` wrote for ``request``, asked for at monotonic ``sent``."""
+    return Lease(
+        lease_id=lease_id,
+        request_id=request.request_id,
+        table=request.table,
+        partitions=request.partitions,
+        operation=request.operation,
+        profile=request.profile.name,
+        holder=request.holder,
+        acquired=from_epoch(now),
+        heartbeat=from_epoch(now),
+        expires=from_epoch(now + request.ttl),
+        ttl=request.ttl,
+        fence=fence,
+        valid_until=sent + request.ttl,
+    )

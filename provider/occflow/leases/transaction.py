@@ -1,0 +1,217 @@
+"""Inside one decision: the transaction that holds a table's lock, and what it reads and writes.
+
+``LeaseStore`` opens a ``TableTransaction`` (``LeaseStore._locked``) for every call that
+changes a table's leases or queue; this module is what happens inside it: reclaiming lapsed
+leases, finding the leases that can overlap a request, applying the rules for other tries of
+one task instance (``tries``), queueing, granting with the next fencing token, and recording
+each event when the store keeps a history.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from . import schema
+from .model import Blocker, Lease, LeaseRequest
+from .rows import claim_of, columns_of, dump_keys, granted_lease, holder_of, lease_rows, queue_row
+from .tries import rule_on_tries
+
+#: A place in a table's queue: (queue key = arrival minus head start, arrival, request id).
+Place = tuple[float, float, str]
+
+
+def blockers_of(request: LeaseRequest, live: Sequence[Any], waiting: Sequence[Any], place: Place) -> list[Blocker]:
+    """The live leases and the waiting requests ahead of ``place`` that block ``request``."""
+    mine = request.claim
+    found: list[Blocker] = []
+    for row in live:
+        claim = claim_of(row)
+        if claim.blocks(mine):
+            found.append(Blocker("lease", row.lease_id, row.operation, claim.partitions, holder_of(row)))
+    for row in waiting:
+        if row.request_id == request.request_id or (row.queue_key, row.enqueued_at, row.request_id) >= place:
+            continue
+        claim = claim_of(row)
+        if claim.blocks(mine):
+            found.append(Blocker("waiting", row.request_id, row.operation, claim.partitions, holder_of(row)))
+    return found
+
+
+@dataclass
+class TableTransaction:
+    """An open transaction holding ``table``'s decision lock; ``now`` is the store's clock."""
+
+    conn: Connection
+    table: str
+    now: float
+    history: bool
+
+    def event(self, kind: str, row: Any, **fields: Any) -> None:
+        """Record ``kind`` for a lease or queue row (or a request: anything with the fields)."""
+        if not self.history:
+            return
+        self.conn.execute(
+            schema.events.insert().values(
+                at=self.now, kind=kind, table_name=self.table,
+                operation=row.operation, profile=row.profile, partitions=row.partitions, **fields,
+            )
+        )
+
+    def request_event(self, kind: str, request: LeaseRequest, **fields: Any) -> None:
+        row = RowLike(request.operation.value, request.profile.name, dump_keys(request.partitions))
+        self.event(kind, row, request_id=request.request_id, pid=request.holder.pid, **fields)
+
+    def reclaim(self) -> int:
+        """Drop expired leases and queue places of the table; their holders stopped beating."""
+        L, K, Q = schema.leases, schema.lease_keys, schema.queue
+        expired = self.conn.execute(
+            L.delete()
+            .where(L.c.table_name == self.table, L.c.expires_at <= self.now)
+            .returning(L.c.lease_id, L.c.request_id, L.c.operation, L.c.profile, L.c.partitions, L.c.pid)
+        ).all()
+        if expired:
+            self.conn.execute(K.delete().where(K.c.lease_id.in_([r.lease_id for r in expired])))
+            for r in expired:
+                self.event("expire", r, lease_id=r.lease_id, request_id=r.request_id, pid=r.pid)
+        gone = self.conn.execute(
+            Q.delete()
+            .where(Q.c.table_name == self.table, Q.c.expires_at <= self.now)
+            .returning(Q.c.request_id, Q.c.operation, Q.c.profile, Q.c.partitions, Q.c.pid)
+        ).all()
+        for r in gone:
+            self.event("dequeue", r, request_id=r.request_id, pid=r.pid)
+        return len(expired)
+
+    def candidate_leases(self, request: LeaseRequest) -> Sequence[Any]:
+        """Leases on the table (live or lapsed) that can overlap the request's footprint, and
+        those of the request's own task instance (its other tries; ``tries``).
+
+        Plain index lookups (key rows, then leases by id) rather than one join: the plan
+        stays an index scan whatever the planner's statistics say about a freshly filled table.
+        """
+        L, K = schema.leases, schema.lease_keys
+        if request.partitions is None:
+            return self.conn.execute(sa.select(L).where(L.c.table_name == self.table)).all()
+        on_table = K.c.table_name == self.table
+        sigs = sorted({columns_of(k) for k in request.partitions})
+        if len(sigs) > 1:
+            # A key over one of the request's column sets may overlap a request key over
+            # another (ds=1 and country=NL/ds=1): every key of the table can overlap.
+            lookups = [sa.select(K.c.lease_id).where(on_table)]
+        else:
+            # One column set: a key over it overlaps only if it is one of the request's keys;
+            # whole-table leases ("*") and keys over other column sets may overlap too.
+            lookups = [
+                sa.select(K.c.lease_id).where(on_table, K.c.partition_key.in_(sorted(request.partitions))),
+                sa.select(K.c.lease_id).where(on_table, K.c.columns < sigs[0]),
+                sa.select(K.c.lease_id).where(on_table, K.c.columns > sigs[0]),
+            ]
+        holder = request.holder
+        if holder.dag_id and holder.task_id and holder.run_id:
+            lookups.append(sa.select(L.c.lease_id).where(
+                L.c.table_name == self.table, L.c.dag_id == holder.dag_id,
+                L.c.task_id == holder.task_id, L.c.run_id == holder.run_id,
+            ))
+        query = lookups[0] if len(lookups) == 1 else sa.union_all(*lookups)
+        ids = sorted(set(self.conn.execute(query).scalars()))
+        if not ids:
+            return []
+        return self.conn.execute(sa.select(L).where(L.c.lease_id.in_(ids))).all()
+
+    def live_and_waiting(self, request: LeaseRequest) -> tuple[list[Any], list[Any]]:
+        """The live leases that can overlap the request, and every live place in its table's queue."""
+        Q = schema.queue
+        candidates = self.candidate_leases(request)
+        # Every place in this table's queue, ours included.
+        queued = self.conn.execute(sa.select(Q).where(Q.c.table_name == self.table)).all()
+        # Lapsed leases and queue places are dead holders and waiters: reclaim them when a
+        # decision meets them (``reclaim_expired`` sweeps the rest).
+        if any(r.expires_at <= self.now for r in candidates) or any(r.expires_at <= self.now for r in queued):
+            self.reclaim()
+        return ([r for r in candidates if r.expires_at > self.now],
+                [r for r in queued if r.expires_at > self.now])
+
+    def settle_tries(
+        self, request: LeaseRequest, live: list[Any], waiting: list[Any]
+    ) -> tuple[list[Any], list[Any], list[Blocker]]:
+        """Apply ``tries``' rules: take over dead earlier tries' leases, drop their queue places;
+        the live and waiting rows left, and the running earlier tries' leases as blockers."""
+        ruling = rule_on_tries(request, live, waiting)
+        for row in ruling.taken_over:
+            self.delete_lease(row.lease_id)
+            self.event("takeover", row, lease_id=row.lease_id, request_id=request.request_id, pid=row.pid)
+        for row in ruling.dropped:
+            self.conn.execute(schema.queue.delete().where(schema.queue.c.request_id == row.request_id))
+            self.event("dequeue", row, request_id=row.request_id, pid=row.pid)
+        gone = {r.lease_id for r in ruling.taken_over}
+        dropped = {r.request_id for r in ruling.dropped}
+        blockers = [
+            Blocker("lease", r.lease_id, r.operation, claim_of(r).partitions, holder_of(r)) for r in ruling.blocking
+        ]
+        return ([r for r in live if r.lease_id not in gone],
+                [r for r in waiting if r.request_id not in dropped], blockers)
+
+    def delete_lease(self, lease_id: str) -> Any:
+        """Delete a lease and its key rows; the deleted lease row, or ``None``."""
+        L, K = schema.leases, schema.lease_keys
+        row = self.conn.execute(
+            L.delete()
+            .where(L.c.lease_id == lease_id)
+            .returning(L.c.request_id, L.c.operation, L.c.profile, L.c.partitions, L.c.pid)
+        ).first()
+        if row is not None:
+            self.conn.execute(K.delete().where(K.c.lease_id == lease_id))
+        return row
+
+    def wait(self, request: LeaseRequest, queue_key: float, *, queued: bool) -> None:
+        """Give the request its place in the queue, or keep the place it has."""
+        Q = schema.queue
+        if queued:
+            self.conn.execute(
+                Q.update()
+                .where(Q.c.request_id == request.request_id)
+                .values(seen_at=self.now, expires_at=self.now + request.queue_ttl)
+            )
+            return
+        self.conn.execute(Q.insert().values(**queue_row(request, queue_key, self.now)))
+        self.request_event("enqueue", request)
+
+    def next_fence(self) -> int:
+        """The table's next fencing token; only decisions on the table (under its lock) bump it."""
+        F = schema.fences
+        fence = self.conn.execute(
+            F.update().where(F.c.table_name == self.table).values(last_fence=F.c.last_fence + 1)
+            .returning(F.c.last_fence)
+        ).scalar()
+        if fence is None:
+            fence = 1
+            self.conn.execute(F.insert().values(table_name=self.table, last_fence=fence))
+        return int(fence)
+
+    def grant(self, request: LeaseRequest, *, queued: bool, sent: float) -> Lease:
+        """Write the lease (and leave the queue); it exists once the transaction commits."""
+        L, K, Q = schema.leases, schema.lease_keys, schema.queue
+        lease_id = uuid.uuid4().hex
+        fence = self.next_fence()
+        lease_row, key_rows = lease_rows(request, lease_id, self.now, fence)
+        self.conn.execute(L.insert().values(**lease_row))
+        self.conn.execute(K.insert(), key_rows)
+        if queued:
+            self.conn.execute(Q.delete().where(Q.c.request_id == request.request_id))
+        self.request_event("grant", request, lease_id=lease_id, expires_at=self.now + request.ttl, fence=fence)
+        return granted_lease(request, lease_id, self.now, fence, sent)
+
+
+@dataclass(frozen=True)
+class RowLike:
+    """The fields an event copies from a lease or queue row, for a request not yet stored."""
+
+    operation: str
+    profile: str
+    partitions: str | None

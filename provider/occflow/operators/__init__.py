@@ -1,0 +1,1 @@
+"""The write operators: declare, admit, run, classify, decide, act (see docs/architecture.md)."""
