@@ -156,11 +156,9 @@ def _classify_log(text: str) -> Classification:
         roles[bisect.bisect_right(starts, offset) - 1] = role  # the last such line of a record counts
     verdict = _decide(records, hits_in, roles)
     if verdict is None:
-        retried = [i for i in hits_in if _is_retry(records[i])]
-        why = None
-        if retried:
-            why = (f"a conflict logged at WARN/INFO is the engine's own retry, not this failure: "
-                   f"{_short(records[retried[-1]].first_line)}")
+        # Every conflict in the log is an engine's own retry (any other would have decided).
+        last_retry = records[max(hits_in)].first_line
+        why = f"a conflict logged at WARN/INFO is the engine's own retry, not this failure: {_short(last_retry)}"
         return _classification([], frames, text, why)
     end = starts[verdict.record + 1] if verdict.record + 1 < len(starts) else len(text)
     return _classification(verdict.hits, frames, text[starts[verdict.record]:end], verdict.why_not)

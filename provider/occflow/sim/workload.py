@@ -305,6 +305,8 @@ def _job(model: JobModel, index: int, tables: Mapping[str, TableSpec], source: s
 
 def parse_workload(data: Any, source: str = "<workload>") -> Workload:
     """A ``Workload`` from the parsed YAML; every error names ``source`` and the field."""
+    if data is None:
+        raise WorkloadError(f"{source}: the workload is empty; expected a mapping with slots, tables and jobs")
     try:
         doc = WorkloadFile.model_validate(data)
     except ValidationError as exc:
