@@ -5,8 +5,10 @@ MERGE condition, so upserts into different regions never conflict with each othe
 of the whole table runs at the same time and rewrites the small files the upserts read. A MERGE
 that loses to the compaction (``concurrent_delete_read``) is retried in the task from a fresh
 snapshot; a compaction that loses to an upsert is skipped (the next compaction picks the new
-files up). Admission is off in this DAG so the race is visible; with admission on (the default)
-the compaction would wait for the upserts instead of racing them.
+files up). Admission is off for the upserts so the race is visible; with admission on (the
+default) the compaction would wait for the upserts instead of racing them. The compaction keeps
+admission on: on delta-rs two compactions of the same files both commit and duplicate rows, so
+occflow refuses to run one without a lease unless the DAG opts in (``allow_unsafe_concurrency``).
 
 The source of each upsert takes a few seconds to compute (``PREPARE_SECONDS``), as a real
 transformation would: that is the window in which the compaction commits.
@@ -84,7 +86,6 @@ with DAG(
         task_id="compact",
         table=TABLE,
         operation="optimize",
-        admission=False,
     )
 
     @task(trigger_rule="all_done")

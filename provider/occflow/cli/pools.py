@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from ..lint.dagscan import scan_dag_folder
 from ..lint.planning import PlannedPool, plan_pools
+from .lint import scan_for
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -23,11 +22,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         v.set_defaults(func=_plan if verb == "plan" else _sync)
 
 
-def _planned(args: argparse.Namespace) -> list[PlannedPool]:
-    scanned = scan_dag_folder(args.dag_folder)
-    for path, error in scanned.import_errors.items():
-        print(f"occflow pools: cannot import {path}: {error.strip().splitlines()[-1]}", file=sys.stderr)
-    return plan_pools(scanned.tasks, window=args.window * 60)
+def _planned(args: argparse.Namespace) -> tuple[list[PlannedPool] | None, int]:
+    """The pools (None when no DAG could be read) and the exit code: 2 when a DAG file failed
+    to import, since the plan then misses its tasks."""
+    scanned = scan_for("pools", args.dag_folder)
+    if scanned is None:
+        return None, 2
+    return plan_pools(scanned.tasks, window=args.window * 60), 2 if scanned.import_errors else 0
 
 
 def _show(pools: list[PlannedPool], fmt: str) -> None:
@@ -39,18 +40,25 @@ def _show(pools: list[PlannedPool], fmt: str) -> None:
         for task, slots in p.task_slots:
             role = "runs alone" if slots == p.slots and p.slots > 1 else ("shares" if slots == 1 else "")
             print(f"    {task}: pool={p.name!r}, pool_slots={slots}" + (f"  ({role})" if role else ""))
+        for first, second in p.corrupting:
+            pair = first if first == second else f"{first} and {second}"
+            print(f"    corrupts data if run together, never share slots: {pair}")
         for w in p.warnings:
             print(f"    warning: {w}")
     print(f"{len(pools)} pool(s)")
 
 
 def _plan(args: argparse.Namespace) -> int:
-    _show(_planned(args), args.format)
-    return 0
+    pools, code = _planned(args)
+    if pools is not None:
+        _show(pools, args.format)
+    return code
 
 
 def _sync(args: argparse.Namespace) -> int:
-    pools = _planned(args)
+    pools, code = _planned(args)
+    if pools is None or code:
+        return code  # never sync a plan made from part of the DAG folder
     # Only `sync` needs Airflow's ORM: importing it reads AIRFLOW_HOME's configuration.
     from airflow.models.pool import Pool
 

@@ -88,7 +88,7 @@ def scan_dag_folder(folder: str | Path) -> ScannedFolder:
     if not bag.dags and not bag.import_errors:
         read = len(getattr(bag, "dagbag_stats", ()) or ())
         raise DagFolderError(
-            f"no DAG in {str(folder)!r}: {read} Python file(s) read, none defines a DAG" if read
+            f"no DAG in {str(folder)!r}: {read} file(s) read, none defines a DAG" if read
             else f"no DAG files (*.py, *.zip) in {str(folder)!r}"
         )
     tasks: list[DeclaredTask] = []
