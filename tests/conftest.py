@@ -1,8 +1,14 @@
-"""Shared test configuration."""
+"""Shared test configuration, and the lease store fixtures: a real PostgreSQL server
+(scripts/postgres.sh) and SQLite files."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,3 +22,122 @@ def specs_dir() -> Path:
     if not (SPECS / "000_67b4bcfc3388519b.txt").exists():
         pytest.skip(f"the specification texts are not at {SPECS} (set OCCFLOW_SPECS_DIR)")
     return SPECS
+
+
+class PostgresServer:
+    """A throwaway PostgreSQL server (scripts/postgres.sh) in its own directory, which a test
+    may stop (``mode="immediate"`` is a crash) and start again on the same port."""
+
+    def __init__(self) -> None:
+        # Not under pytest's 0700 tmp dirs: the server runs as the `postgres` user when we are root.
+        self.directory = tempfile.mkdtemp(prefix="occflow-pg-")
+        os.chmod(self.directory, 0o755)
+        self.env = {**os.environ, "OCCFLOW_PG_DIR": self.directory}
+        self.url = ""
+
+    def _script(self, command: str) -> subprocess.CompletedProcess[str]:
+        script = str(REPO / "scripts" / "postgres.sh")
+        return subprocess.run(["bash", script, command], env=self.env, capture_output=True, text=True, timeout=300)
+
+    def start(self) -> str:
+        done = self._script("start")
+        if done.returncode != 0:
+            pytest.fail(f"scripts/postgres.sh could not start PostgreSQL:\n{done.stdout}\n{done.stderr}")
+        self.url = done.stdout.strip().splitlines()[-1]
+        return self.url
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server; ``immediate`` kills it without a clean shutdown, like a crash."""
+        bins = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name))
+        command = [str(bins[-1] / "pg_ctl"), "-D", f"{self.directory}/data", "-m", mode, "-w", "stop"]
+        if os.geteuid() == 0:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        subprocess.run(command, capture_output=True, timeout=120, check=True)
+
+    def remove(self) -> None:
+        self._script("stop")
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def create_database(self) -> str:
+        """A fresh database on the server; its URL.
+
+        The throwaway server runs with ``synchronous_commit=off``, so a crash (an immediate
+        stop) may forget the last commits it acknowledged; a lease store needs what production
+        servers give, so this database commits synchronously.
+        """
+        import psycopg2  # optional heavy dependency (the postgres extra)
+
+        name = f"occflow_{uuid.uuid4().hex[:12]}"
+        admin = psycopg2.connect(self.url)
+        admin.autocommit = True
+        with admin.cursor() as cur:
+            cur.execute(f'CREATE DATABASE "{name}"')
+            cur.execute(f'ALTER DATABASE "{name}" SET synchronous_commit TO on')
+            cur.execute("CHECKPOINT")  # the new database's catalog survives a crash too
+        admin.close()
+        return f"{self.url.rsplit('/', 1)[0]}/{name}"
+
+    def drop_database(self, url: str) -> None:
+        import psycopg2  # optional heavy dependency (the postgres extra)
+
+        admin = psycopg2.connect(self.url)
+        admin.autocommit = True
+        with admin.cursor() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{url.rsplit("/", 1)[1]}" WITH (FORCE)')
+        admin.close()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    """The URL of a throwaway PostgreSQL server, started once per test session."""
+    if os.environ.get("OCCFLOW_TEST_PG_URL"):
+        yield os.environ["OCCFLOW_TEST_PG_URL"]
+        return
+    server = PostgresServer()
+    try:
+        yield server.start()
+    finally:
+        server.remove()
+
+
+@pytest.fixture
+def pg_url(pg_server: str) -> Iterator[str]:
+    """A fresh database on the server for one test."""
+    import psycopg2  # optional heavy dependency (the postgres extra)
+
+    name = f"occflow_{uuid.uuid4().hex[:12]}"
+    admin = psycopg2.connect(pg_server)
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}"')
+    base = pg_server.rsplit("/", 1)[0]
+    try:
+        yield f"{base}/{name}"
+    finally:
+        with admin.cursor() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.close()
+
+
+@pytest.fixture(scope="module")
+def restartable_pg() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of the module's own, so its tests may stop and restart it."""
+    server = PostgresServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.remove()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'leases.db'}"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def store_url(request: pytest.FixtureRequest) -> str:
+    """Each test using this runs on both backends."""
+    if request.param == "sqlite":
+        return str(request.getfixturevalue("sqlite_url"))
+    return str(request.getfixturevalue("pg_url"))

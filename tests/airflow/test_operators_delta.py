@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import pytest
 
+from occflow.core.errors import InvalidDeclarationError
+
 pytestmark = pytest.mark.airflow
 
 COMMON = '''
@@ -308,3 +310,116 @@ with DAG("delta_bad_mapped", schedule=None, start_date=pendulum.datetime(2024, 1
                                data=[1]).expand(partitions=[{{"ds": "a"}}, {{"ds": "b"}}])
 '''
         )
+
+
+# -- issue 11: the right matrix, identifiers, unknown columns ------------------------------------
+
+
+def test_the_default_profile_is_the_matrix_delta_rs_implements(tmp_path):
+    from occflow.core.declaration import EngineProfileWarning
+    from occflow.operators.delta import DeltaWriteOperator
+
+    common = {"table": "db.events", "path": str(tmp_path), "operation": "update", "set_values": {"v": 1}}
+    for extra in ({}, {"table_format": "delta"}):
+        write = DeltaWriteOperator(task_id="t", **common, **extra).occflow_write
+        assert (write.profile.name, write.engine_profile) == ("delta-rs", "delta-rs")
+        # delta-rs fails an append beside an UPDATE of its partition; the Databricks matrix does not.
+        assert write.profile.conflicts("update", "insert_into")
+    with pytest.warns(EngineProfileWarning, match="does not describe delta-rs"):
+        write = DeltaWriteOperator(task_id="t", profile="delta-write-serializable", **common).occflow_write
+    # Admission reads the engine's profile from the declaration, whatever the task declares.
+    assert (write.profile.name, write.engine_profile) == ("delta-write-serializable", "delta-rs")
+    with pytest.raises(InvalidDeclarationError, match="describes iceberg tables"):
+        DeltaWriteOperator(task_id="t", profile="iceberg-serializable", **common)
+
+
+def test_compaction_without_admission_needs_an_explicit_opt_in(run_dag, tmp_path):
+    dag = f'''
+import pendulum
+from airflow.sdk import DAG
+from occflow.operators.delta import DeltaWriteOperator
+
+with DAG("delta_unsafe_compaction", schedule=None, start_date=pendulum.datetime(2024, 1, 1)):
+    DeltaWriteOperator(task_id="compact", table="events", path={str(tmp_path)!r}, operation="optimize",
+                       admission=False{{opt_in}})
+'''
+    with pytest.raises(AssertionError, match=r"optimize then optimize -> both commit, duplicates_rows.*"
+                                             r"allow_unsafe_concurrency=True"):
+        run_dag(dag.format(opt_in=""))
+    with pytest.raises(AssertionError, match="allow_unsafe_concurrency=True"):
+        run_dag(dag.format(opt_in="").replace('DeltaWriteOperator(task_id="compact", table="events", ',
+                                             'DeltaWriteOperator.partial(task_id="compact", table="events", ')
+                .replace("admission=False)", "admission=False).expand(partitions=[{'ds': 'a'}])"))
+    # With the opt-in the DAG imports (the run fails only because there is no table at the path).
+    run = run_dag(dag.format(opt_in=", allow_unsafe_concurrency=True"))
+    assert run.task("compact").state == "failed"
+
+
+def test_a_path_as_table_name_fails_the_dag_import(run_dag, tmp_path):
+    victim = tmp_path / "victim"
+    _seed_small_files(str(victim))
+    with pytest.raises(AssertionError, match="a path is not a table name"):
+        run_dag(
+            f'''
+import pendulum
+from airflow.sdk import DAG
+from occflow.operators.delta import DeltaWriteOperator
+
+with DAG("delta_path_as_table", schedule=None, start_date=pendulum.datetime(2024, 1, 1)):
+    DeltaWriteOperator(task_id="t", table="`{victim}`", operation="truncate")
+'''
+        )
+    assert _rows(str(victim)) == {1: 0, 2: 0, 3: 0, 4: 0, 10: 0}
+
+
+def test_a_derived_location_that_a_symlink_leads_out_of_the_warehouse_is_refused(run_dag, tmp_path, monkeypatch):
+    home, outside = tmp_path / "home", tmp_path / "outside"
+    monkeypatch.setenv("OCCFLOW_HOME", str(home))
+    _seed_small_files(str(outside / "events"))
+    (home / "delta").mkdir(parents=True)
+    dag = '''
+import pathlib
+import pendulum
+from airflow.sdk import DAG
+from airflow.providers.standard.operators.python import PythonOperator
+from occflow.operators.delta import DeltaWriteOperator
+
+def plant_symlink():
+    # After the DAG was parsed: the warehouse's "db" now leads outside it.
+    pathlib.Path({db!r}).symlink_to({outside!r}, target_is_directory=True)
+
+with DAG({dag_id!r}, schedule=None, start_date=pendulum.datetime(2024, 1, 1)):
+    plant = PythonOperator(task_id="plant", python_callable=plant_symlink)
+    wipe = DeltaWriteOperator(task_id="wipe", table="db.events", operation="truncate", retries=2)
+    plant >> wipe
+'''
+    run = run_dag(dag.format(db=str(home / "delta" / "db"), outside=str(outside), dag_id="delta_symlink_run"))
+    wipe = run.task("wipe")
+    assert wipe.state == "failed" and len(wipe.tries) == 1  # AirflowFailException: no retries
+    assert _rows(str(outside / "events")) == {1: 0, 2: 0, 3: 0, 4: 0, 10: 0}
+    # With the symlink in place, the same DAG no longer imports.
+    with pytest.raises(AssertionError, match="outside the warehouse root"):
+        run_dag(dag.format(db=str(home / "delta" / "db"), outside=str(outside), dag_id="delta_symlink_parse"))
+
+
+def test_an_update_of_an_unknown_column_fails_before_writing(run_dag, tmp_path):
+    path = str(tmp_path / "events")
+    _seed_small_files(path)
+    from deltalake import DeltaTable
+
+    before = DeltaTable(path).version()
+    run = run_dag(
+        f'''
+import pendulum
+from airflow.sdk import DAG
+from occflow.operators.delta import DeltaWriteOperator
+
+with DAG("delta_unknown_column", schedule=None, start_date=pendulum.datetime(2024, 1, 1)):
+    DeltaWriteOperator(task_id="update", table="events", path={path!r}, operation="update",
+                       partitions={{"ds": "a"}}, set_values={{"no_such_column": 1}}, retries=2)
+'''
+    )
+    task = run.task("update")
+    assert task.state == "failed" and len(task.tries) == 1
+    assert DeltaTable(path).version() == before
+    assert _rows(path) == {1: 0, 2: 0, 3: 0, 4: 0, 10: 0}

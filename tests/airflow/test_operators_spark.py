@@ -149,3 +149,56 @@ def test_iceberg_writers_that_lose_a_real_race_are_retried_to_the_serial_result(
     assert content["rows"] == expected
     # Both competitors really committed (two appends besides the two seed inserts).
     assert content["operations"].count("append") == 4
+
+
+INJECTION_DAG = '''
+import pendulum
+from airflow.sdk import DAG, task
+from occflow.hooks.spark import OccflowSparkHook
+from occflow.operators.spark import SparkWriteOperator, spark_engine
+
+PARAMS = {"good": "2024-01-01", "bad": "x'; DROP TABLE lake.db.other; --"}
+
+with DAG("sql_injection", schedule=None, start_date=pendulum.datetime(2024, 1, 1), params=PARAMS):
+
+    @task
+    def create_tables():
+        spark = spark_engine(OccflowSparkHook().session_config()).session()
+        spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.db")
+        for name in ("target", "other"):
+            spark.sql(f"DROP TABLE IF EXISTS lake.db.{name} PURGE")
+            spark.sql(f"CREATE TABLE lake.db.{name} (id BIGINT, ds STRING) USING iceberg")
+            spark.sql(f"INSERT INTO lake.db.{name} VALUES (1, '2024-01-01'), (2, '2024-01-02')")
+
+    injected = SparkWriteOperator(
+        task_id="injected", table="db.target", table_format="iceberg", operation="delete", retries=2,
+        job="DELETE FROM lake.db.target WHERE ds = '{{ params.bad }}'",
+    )
+    honest = SparkWriteOperator(
+        task_id="honest", table="db.target", table_format="iceberg", operation="delete",
+        job="DELETE FROM lake.db.target WHERE ds = '{{ params.good }}'",
+    )
+
+    @task(trigger_rule="all_done")
+    def tables():
+        spark = spark_engine(OccflowSparkHook().session_config()).session()
+        names = [r["tableName"] for r in spark.sql("SHOW TABLES IN lake.db").collect()]
+        return {
+            "tables": sorted(names),
+            "target": sorted(r["id"] for r in spark.sql("SELECT id FROM lake.db.target").collect()),
+            "other": sorted(r["id"] for r in spark.sql("SELECT id FROM lake.db.other").collect()),
+        }
+
+    created, found = create_tables(), tables()
+    created >> [injected, honest] >> found
+'''
+
+
+def test_a_rendered_value_that_adds_a_statement_is_refused_and_the_other_table_survives(run_dag):
+    run = run_dag(INJECTION_DAG)
+    injected = run.task("injected")
+    assert injected.state == "failed" and len(injected.tries) == 1  # refused for good, not retried
+    assert run.task("honest").state == "success"  # the same template with an honest value runs
+    found = run.task("tables").xcom["return_value"]
+    assert "other" in found["tables"] and found["other"] == [1, 2]
+    assert found["target"] == [2]  # only the honest delete ran

@@ -26,6 +26,11 @@ def test_spellings_of_one_table_are_one_table(spellings: list[str], catalog: str
     assert len({canonical_table(s, catalog) for s in spellings}) == 1
 
 
+def test_back_quoted_names_may_hold_spaces_as_spark_and_hive_allow() -> None:
+    # One grammar for core and the Spark engine (engines/spark/identifiers.py reads the same).
+    assert canonical_table("`a b`.t", "lake") == canonical_table("LAKE.`A B`.`t`") == "lake.`a b`.t"
+
+
 def test_tables_in_other_catalogs_or_databases_stay_apart() -> None:
     assert canonical_table("other.db.t", "lake") != canonical_table("db.t", "lake")
     assert canonical_table("db1.t") != canonical_table("db2.t")
@@ -44,7 +49,9 @@ def test_tables_in_other_catalogs_or_databases_stay_apart() -> None:
         ("db.t; DROP TABLE x", "invalid table identifier"),
         ("db.`t`; --", "invalid table identifier"),
         ("db.t'--", "invalid table identifier"),
-        ("`a b`.t", "invalid table identifier"),
+        ("`a\tb`.t", "invalid table identifier"),
+        ("`..`.t", "invalid table identifier"),
+        ("` `.t", "invalid table identifier"),
         ("a.b.c.d.e", "invalid table identifier"),
         ("", "non-empty string"),
     ],

@@ -104,6 +104,19 @@ def test_update_sets_quoted_values_and_caller_expressions(table: DeltaRsTable) -
     assert values_in(table, "b") == {1: 10, 2: 10}
 
 
+def test_update_of_an_unknown_column_is_refused_and_writes_nothing(table: DeltaRsTable) -> None:
+    # delta-rs alone commits this UPDATE as a change to nothing (issue 11, item 10).
+    before = table.version()
+    with pytest.raises(InvalidDeclarationError, match=r"no_such_column; the table's columns are id, part, value"):
+        table.update(Where.equals(id=1), set_values={"no_such_column": 1}, partition={"part": "a"})
+    with pytest.raises(InvalidDeclarationError, match="unknown column"):
+        table.update(set_expressions={"Value": "value + 1"})  # names are exact: "value" exists
+    with pytest.raises(InvalidDeclarationError, match="unknown column.*nope"):
+        table.check_columns(["id", "nope"], "delete")
+    assert table.version() == before
+    assert values_in(table, "a") == {1: 0, 2: 0, 3: 0, 4: 0}
+
+
 def test_merge_updates_matches_and_inserts_the_rest(table: DeltaRsTable) -> None:
     out = table.merge(rows("a", [1, 50], value=5), ["id"], partition={"part": "a"})
     assert out.committed and out.version == 3

@@ -26,9 +26,9 @@ from fault_injection import (
     tag_of,
 )
 
-from occflow.engines.ledger import StaleOverwriteError
+from occflow.engines.ledger import AlreadyCommitted, StaleOverwriteError
 from occflow.engines.spark import IcebergLedger
-from occflow.engines.tags import WRITE_ID, CommitTag
+from occflow.engines.tags import FENCE, WRITE_ID, CommitTag
 from occflow.operators.exactly_once import ExactlyOnce
 
 pytestmark = pytest.mark.spark
@@ -55,6 +55,39 @@ def test_sql_commits_inside_tagging_carry_the_tag_in_the_snapshot_summary(eo_spa
     assert found is not None and found.snapshot_id == outcome.snapshot_id and found.tag == tag
     assert found.version is not None  # the snapshot's sequence number
     assert ledger.find_commit(tag_of(2)) is None
+
+
+def test_the_fence_and_the_try_are_stamped_into_the_snapshot_summary(eo_spark: Any, eo_table: str) -> None:
+    tag = CommitTag.create("d", "t", "r1", "insert_into", try_number=2, fence=41)
+    ledger = IcebergLedger(eo_spark.session(), eo_table)
+    outcome = ExactlyOnce(ledger, tag).run(lambda: eo_spark.run(f"INSERT INTO {eo_table} VALUES (1, 1)", eo_table),
+                                           verify_first=False)
+    assert outcome.committed
+    summary = _snapshots(eo_spark.session(), eo_table)[-1]["summary"]
+    assert summary[FENCE] == "41" and summary["occflow.try-number"] == "2"
+    found = ledger.find_commit(tag)
+    assert found is not None and found.tag.fence == 41 and found.by == "try 2"
+
+
+def test_before_commit_runs_right_before_the_write_statement_and_its_refusal_commits_nothing(
+    eo_spark: Any, eo_table: str,
+) -> None:
+    spark = eo_spark.session()
+    seen: list[int] = []
+
+    def check() -> None:
+        seen.append(spark.sql("SELECT * FROM adversarial_source").count())  # the statement before ran
+        raise AlreadyCommitted("another try committed this write")
+
+    sql = f"CREATE OR REPLACE TEMPORARY VIEW adversarial_source AS SELECT 1 AS id, 1 AS w; " \
+          f"INSERT INTO {eo_table} SELECT * FROM adversarial_source"
+    with pytest.raises(AlreadyCommitted):
+        eo_spark.run(sql, eo_table, "insert_into", before_commit=check)
+    assert seen == [1] and _snapshots(spark, eo_table) == []
+    # A callable's commits happen in code occflow does not see: the check runs before it starts.
+    with pytest.raises(AlreadyCommitted):
+        eo_spark.run(lambda s, ctx: seen.append(-1), eo_table, "insert_into", before_commit=check)
+    assert seen[-1] != -1 and _snapshots(spark, eo_table) == []
 
 
 def test_merge_commits_are_tagged_too(eo_spark: Any, eo_table: str) -> None:

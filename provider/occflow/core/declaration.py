@@ -14,17 +14,23 @@ from typing import Any
 from .errors import InvalidDeclarationError, InvalidFootprintError
 from .identifiers import canonical_table, canonical_value, table_parts
 from .operations import Operation
-from .profiles import Profile, get_profile
+from .profiles import Cell, Profile, get_profile
 
 _PARTITION_COLUMN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TEMPLATE_RE = re.compile(r"\{\{.*?\}\}|\{%.*?%\}")
 
 FORMAT_DEFAULT_PROFILE = {
     "delta": "delta-write-serializable",
+    # Delta written by delta-rs (DeltaWriteOperator): its own observed matrix, not Databricks'.
+    "delta-rs": "delta-rs",
     "iceberg": "iceberg-serializable",
     "maxcompute": "maxcompute-standard",
     "maxcompute-transactional": "maxcompute-transactional",
 }
+
+
+class EngineProfileWarning(UserWarning):
+    """The declared profile is not the matrix the engine that commits the write implements."""
 
 
 def validate_table_identifier(table: str) -> str:
@@ -68,6 +74,10 @@ class WriteDeclaration:
     reads_whole_table: bool = False
     # The engine's default catalog, so that ``db.t`` and ``lake.db.t`` are one table to admission.
     catalog: str | None = None
+    # The profile the engine that commits the write really implements (``delta-rs`` for
+    # DeltaWriteOperator), whatever profile the task declares: admission refuses the pairs this
+    # profile says corrupt data even when the declared profile says they do not.
+    engine_profile: str | None = None
 
     @property
     def table_key(self) -> str:
@@ -84,6 +94,8 @@ class WriteDeclaration:
         partitions: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
         reads_whole_table: bool = False,
         allow_templates: bool = False,
+        catalog: str | None = None,
+        engine_profile: str | None = None,
     ) -> WriteDeclaration:
         """Validate everything a user wrote; errors name the field and what would be right.
 
@@ -91,10 +103,57 @@ class WriteDeclaration:
         accepted and checked again after rendering.
         """
         validate_table_identifier(table)
+        if catalog is not None:
+            table_parts(catalog)
+        if engine_profile is not None:
+            get_profile(engine_profile)
         prof = resolve_profile(profile, table_format)
         op = prof.operation(operation)
         parts = normalise_partitions(partitions, allow_templates=allow_templates)
-        return cls(table, prof, op, parts, reads_whole_table)
+        return cls(table, prof, op, parts, reads_whole_table, catalog, engine_profile)
+
+    @property
+    def engine_matrix(self) -> Profile:
+        """The matrix of the engine that commits the write (the declared profile if unknown)."""
+        return get_profile(self.engine_profile) if self.engine_profile else self.profile
+
+    def engine_mismatch(self) -> str | None:
+        """Why the declared profile does not describe the engine that commits, or None."""
+        if self.engine_profile is None or self.engine_profile == self.profile.name:
+            return None
+        return (
+            f"profile {self.profile.name!r} does not describe {self.engine_profile}, the engine that commits "
+            f"this write: its matrix is not what the engine does (admission still refuses the pairs "
+            f"that corrupt data under {self.engine_profile!r}); declare profile={self.engine_profile!r} or "
+            "leave the profile out"
+        )
+
+    def corrupting_cells(self) -> tuple[Cell, ...]:
+        """The engine's cells in which this operation and another both commit and corrupt the
+        data (delta-rs: two OPTIMIZEs of one partition duplicate its rows)."""
+        matrix = self.engine_matrix
+        if self.operation not in matrix.operations:
+            return ()
+        return tuple(
+            cell
+            for cell in matrix.cells
+            if self.operation in (cell.earlier, cell.later) and cell.effect.corrupts_data
+        )
+
+    def require_admission_or_opt_in(self, admission: bool, allow_unsafe_concurrency: bool, where: str) -> None:
+        """Without admission, an operation that can corrupt data with a concurrent one needs the
+        DAG's explicit ``allow_unsafe_concurrency=True``; the error names the pairs."""
+        cells = self.corrupting_cells()
+        if admission or allow_unsafe_concurrency or not cells:
+            return
+        pairs = ", ".join(
+            f"{c.earlier.value} then {c.later.value} -> both commit, {c.effect.value}" for c in cells
+        )
+        raise InvalidDeclarationError(
+            f"{where}: admission=False would let {self.operation.value} on {self.table} run beside a "
+            f"write that corrupts the data on {self.engine_matrix.name} ({pairs}); keep admission on, "
+            "or pass allow_unsafe_concurrency=True if nothing else can write this table at the same time"
+        )
 
     def partition_keys(self) -> frozenset[str] | None:
         if not self.partitions:
@@ -108,6 +167,8 @@ class WriteDeclaration:
             "operation": self.operation.value,
             "partitions": None if self.partitions is None else [dict(p) for p in self.partitions],
             "reads_whole_table": self.reads_whole_table,
+            "catalog": self.catalog,
+            "engine_profile": self.engine_profile,
         }
 
 

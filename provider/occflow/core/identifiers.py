@@ -16,10 +16,12 @@ from typing import Any
 
 from .errors import InvalidDeclarationError, InvalidFootprintError
 
-# A plain identifier, or a back-quoted one without whitespace, quotes, semicolons, path
-# separators or control characters inside (`` doubled is a literal back-quote).
+# One grammar for every engine: a plain identifier, or a back-quoted one that may hold spaces
+# (Spark and Hive allow ```my db```) but no other whitespace, quotes, semicolons, path
+# separators or control characters (`` doubled is a literal back-quote). A part that is only
+# spaces or dots names nothing a catalog or a warehouse directory could hold.
 _PLAIN = r"[A-Za-z_][A-Za-z0-9_]*"
-_QUOTED = r"`(?:[^`\s;'\"/\\\x00-\x1f\x7f]|``)+`"
+_QUOTED = r"`(?![ .]*`(?!`))(?:[^`\s;'\"/\\\x00-\x1f\x7f]| |``)+`"
 _PART_RE = re.compile(rf"{_PLAIN}|{_QUOTED}")
 _TABLE_RE = re.compile(rf"(?:{_PLAIN}|{_QUOTED})(?:\.(?:{_PLAIN}|{_QUOTED})){{0,3}}")
 _PLAIN_RE = re.compile(_PLAIN)
@@ -43,9 +45,14 @@ def table_parts(table: object) -> tuple[str, ...]:
     if not _TABLE_RE.fullmatch(table):
         raise InvalidDeclarationError(
             f"invalid table identifier {table!r}: use catalog.db.table with letters, digits and "
-            "underscores (or `back-quoted` parts without spaces, quotes, semicolons or control characters)"
+            "underscores (or `back-quoted` parts without tabs, newlines, quotes, semicolons, slashes or control characters)"
         )
     return tuple(m.group(0) for m in _PART_RE.finditer(table))
+
+
+def unquoted_parts(table: str) -> tuple[str, ...]:
+    """The parts of ``catalog.db.table`` as names (back-quotes removed, case kept)."""
+    return tuple(_unquote(p) for p in table_parts(table))
 
 
 def _unquote(part: str) -> str:

@@ -15,6 +15,10 @@ Iceberg on Spark (``spark.IcebergLedger``: the ``snapshots`` metadata table), de
 (``spark.DeltaSparkLedger``: ``DESCRIBE HISTORY``), MaxCompute (``maxcompute.MaxComputeLedger``:
 the project's job instances, through a client). The task-side flow that uses a ledger lives in
 ``occflow.operators.exactly_once``.
+
+Right before a commit the write checks again (another live try of the same task may have
+committed meanwhile): a check that says "do not commit" raises a ``CommitRefused``, which the
+engines let through untouched (it is the caller's decision, not an engine failure).
 """
 
 from __future__ import annotations
@@ -62,6 +66,31 @@ class FoundCommit:
     def describe(self) -> str:
         where = f"version {self.version}" if self.version is not None else f"snapshot {self.snapshot_id}"
         return f"{where} of {self.table} ({self.tag.describe()})"
+
+    @property
+    def by(self) -> str:
+        """Which try made the commit, as far as its tag says: ``try 2`` or ``another try``."""
+        return "another try" if self.tag.try_number is None else f"try {self.tag.try_number}"
+
+
+class CommitRefused(Exception):
+    """A check right before a commit said the write must not commit now.
+
+    Raised by a ``before_commit`` hook (or by an engine's own check of its transaction ids); the
+    engines let it through instead of turning it into a failed outcome.
+    """
+
+
+class AlreadyCommitted(CommitRefused):
+    """The write is already in the table: another try (or attempt) of it committed.
+
+    ``found`` is its commit when the check looked it up; ``None`` when only the format's own
+    transaction id said so (the ledger then finds the commit).
+    """
+
+    def __init__(self, message: str, found: FoundCommit | None = None) -> None:
+        super().__init__(message)
+        self.found = found
 
 
 class CommitLedger(Protocol):

@@ -17,7 +17,9 @@ folder (engines never import each other, so each owns its encoding):
 - MaxCompute: job hints (settings) on the SQL instance: ``maxcompute.maxcompute_hints``.
 
 The logical date travels in the tag too: before an overwrite, occflow looks for a newer
-logical date's overwrite of the same partition (``ledger.newer_overwrite``).
+logical date's overwrite of the same partition (``ledger.newer_overwrite``). So do the try that
+made the commit and the fencing token of its lease: they say who wrote it, not which write it
+is, so they are not part of the write id and do not make two tags differ.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import datetime as dt
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import InvalidDeclarationError
@@ -44,7 +46,11 @@ KEYS = {
     "logical_date": PREFIX + "logical-date",
     "operation": PREFIX + "write-operation",
     "partitions": PREFIX + "write-partitions",
+    "try_number": PREFIX + "try-number",
+    "fence": PREFIX + "fence",
 }
+#: The fencing token of the lease the commit was made under (docs/admission.md).
+FENCE = KEYS["fence"]
 #: A logical write commits once, so its Delta ``txn`` version is always 1: "this write is done"
 #: (shared by delta-rs and delta-spark, which cannot import each other).
 APP_VERSION = 1
@@ -80,6 +86,10 @@ def _text(value: Any) -> str:
     return value.isoformat() if isinstance(value, (dt.date, dt.datetime)) else str(value)
 
 
+def _int(text: Any) -> int | None:
+    return None if text is None else int(text)
+
+
 def _date(text: str | None) -> dt.datetime | None:
     if text is None:
         return None
@@ -101,6 +111,9 @@ class CommitTag:
     map_index: int = -1
     logical_date: str | None = None
     partitions: tuple[Partition, ...] | None = None
+    #: Who made the commit (not which write it is): the Airflow try and its lease's fence.
+    try_number: int | None = field(default=None, compare=False)
+    fence: int | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         write_id_of(self.dag_id, self.task_id, self.map_index, self.run_id)  # validates
@@ -125,10 +138,12 @@ class CommitTag:
         map_index: int = -1,
         logical_date: dt.datetime | str | None = None,
         partitions: Sequence[Mapping[str, Any]] | Mapping[str, Any] | None = None,
+        try_number: int | None = None,
+        fence: int | None = None,
     ) -> CommitTag:
         op = operation if isinstance(operation, Operation) else parse_operation(operation)
         date = _text(logical_date) if isinstance(logical_date, (dt.date, dt.datetime)) else logical_date
-        return cls(dag_id, task_id, run_id, op, map_index, date, _partitions(partitions))
+        return cls(dag_id, task_id, run_id, op, map_index, date, _partitions(partitions), try_number, fence)
 
     @property
     def write_id(self) -> str:
@@ -173,6 +188,10 @@ class CommitTag:
             out[KEYS["logical_date"]] = self.logical_date
         if self.partitions is not None:
             out[KEYS["partitions"]] = json.dumps([dict(p) for p in self.partitions], sort_keys=True)
+        if self.try_number is not None:
+            out[KEYS["try_number"]] = str(self.try_number)
+        if self.fence is not None:
+            out[KEYS["fence"]] = str(self.fence)
         return out
 
     @classmethod
@@ -191,6 +210,8 @@ class CommitTag:
                 map_index=int(props[KEYS["map_index"]]),
                 logical_date=None if props.get(KEYS["logical_date"]) is None else str(props[KEYS["logical_date"]]),
                 partitions=parts,
+                try_number=_int(props.get(KEYS["try_number"])),
+                fence=_int(props.get(KEYS["fence"])),
             )
         except (KeyError, ValueError, InvalidDeclarationError) as exc:
             raise InvalidDeclarationError(f"a commit carries a malformed occflow tag {dict(props)!r}: {exc}") from exc

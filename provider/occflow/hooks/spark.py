@@ -20,6 +20,7 @@ from typing import Any
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from ..engines.deltars.location import table_location
 from ..engines.spark import SparkConfig
 
 DEFAULT_CONN_ID = "occflow_spark_default"
@@ -35,9 +36,15 @@ def embedded_warehouse() -> str:
     return str(embedded_home() / "warehouse")
 
 
+def delta_warehouse() -> Path:
+    """The root every derived delta-rs location stays under: ``$OCCFLOW_HOME/delta``."""
+    return embedded_home() / "delta"
+
+
 def default_delta_location(table: str) -> str:
-    """``$OCCFLOW_HOME/delta/<db>/<table>`` (``~/.occflow`` by default) for the embedded default."""
-    return str(embedded_home() / "delta" / table.replace("`", "").replace(".", os.sep))
+    """``$OCCFLOW_HOME/delta/<db>/<table>`` (``~/.occflow`` by default) for the embedded default;
+    an error if the name would lead outside that root (``engines.deltars.location``)."""
+    return table_location(delta_warehouse(), table)
 
 
 def config_from_connection(host: str | None, extras: Mapping[str, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from .model import (
     LeaseLostError,
     LeaseRequest,
     LeaseStoreError,
+    LeaseStoreUnavailable,
     NotAdmittedError,
     operations_conflict,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "LeaseRequest",
     "LeaseStore",
     "LeaseStoreError",
+    "LeaseStoreUnavailable",
     "NotAdmittedError",
     "TaskAdmission",
     "cached_store",

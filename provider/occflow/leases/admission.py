@@ -19,7 +19,15 @@ from typing import Any
 from ..core.declaration import WriteDeclaration
 from .config import store_url
 from .keeper import LeaseKeeper
-from .model import Admission, Holder, Lease, LeaseLostError, LeaseRequest, NotAdmittedError
+from .model import (
+    Admission,
+    Holder,
+    Lease,
+    LeaseLostError,
+    LeaseRequest,
+    LeaseStoreUnavailable,
+    NotAdmittedError,
+)
 from .store import LeaseStore
 
 _log = logging.getLogger(__name__)
@@ -75,31 +83,38 @@ class TaskAdmission:
         return {"status": "admitted", "lease_id": lease.lease_id, "table": lease.table}
 
     def lease_from_event(self, event: Mapping[str, Any] | None) -> Lease:
-        """The lease the admission trigger was granted, looked up in the store by id."""
+        """The lease the admission trigger was granted, looked up in the store by id and
+        confirmed there (so this process knows how long it is certainly live)."""
         if not event or event.get("status") != "admitted":
             raise NotAdmittedError(f"admission did not grant a lease: {event!r}")
         for lease in self.store.leases(event["table"]):
             if lease.lease_id == event["lease_id"]:
-                return lease
+                return self.store.confirm(lease)
         raise LeaseLostError(
             f"lease {event['lease_id']} granted while deferred has expired before the task resumed; "
             "raise lease_ttl or the triggerer's capacity"
         )
 
     @contextlib.contextmanager
-    def keep(self, lease: Lease | None, log: logging.Logger | None = None) -> Iterator[None]:
-        """Heartbeat the lease while the job runs; warn on ``log`` if it lapsed meanwhile."""
+    def keep(self, lease: Lease | None, log: logging.Logger | None = None) -> Iterator[LeaseKeeper | None]:
+        """Heartbeat the lease while the job runs; yields the ``LeaseKeeper`` (``None`` without
+        a lease) whose ``ensure_live()`` the write calls right before it commits, and whose
+        ``fence`` it stamps into the commit. Warns on ``log`` if the lease was lost meanwhile."""
         if lease is None:
-            yield
+            yield None
             return
         keeper = LeaseKeeper(self.store, lease)
         with keeper:
-            yield
+            yield keeper
         if keeper.lost.is_set():
-            (log or _log).warning(
-                "lease %s lapsed during the write: admission did not cover all of it", lease.lease_id
-            )
+            (log or _log).warning("%s was lost during the write: %s", lease.name(), keeper.why)
 
-    def release(self, lease: Lease | None) -> None:
-        if lease is not None:
+    def release(self, lease: Lease | None, log: logging.Logger | None = None) -> None:
+        """Let the lease go; if the store is unreachable, it lapses after its TTL instead (a
+        finished write must not fail for that)."""
+        if lease is None:
+            return
+        try:
             self.store.release(lease)
+        except LeaseStoreUnavailable as exc:
+            (log or _log).warning("could not release %s (it lapses after its TTL): %s", lease.name(), exc)

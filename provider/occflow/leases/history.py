@@ -6,6 +6,7 @@ table's lock) and proves, independently of the store's own bookkeeping:
   granted, not yet released or reclaimed, and not past its expiry at the grant's time);
 - the store's clock never ran backwards on a table;
 - no heartbeat revived a lease that had already expired;
+- fencing tokens strictly increase, grant after grant, on each table;
 and tells which requests were never served.
 """
 
@@ -17,6 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from .model import Claim
+
+#: The events that end a lease: let go, reclaimed after it lapsed, taken over by a later try.
+ENDS = ("release", "expire", "takeover")
 
 
 @dataclass(frozen=True)
@@ -33,11 +37,16 @@ def check_history(events: Iterable[Mapping[str, Any]]) -> list[Violation]:
     violations: list[Violation] = []
     live: dict[str, dict[str, Any]] = {}
     last_at: dict[str, float] = {}
+    last_fence: dict[str, int] = {}
     for e in sorted(events, key=lambda ev: ev["seq"]):
         table, at, kind = e["table_name"], e["at"], e["kind"]
         if at < last_at.get(table, float("-inf")):
             violations.append(Violation(e["seq"], f"clock ran backwards on {table}: {at} after {last_at[table]}"))
         last_at[table] = max(at, last_at.get(table, at))
+        if kind == "grant" and e.get("fence"):
+            if e["fence"] <= last_fence.get(table, 0):
+                violations.append(Violation(e["seq"], f"fence {e['fence']} on {table} after {last_fence[table]}"))
+            last_fence[table] = max(e["fence"], last_fence.get(table, 0))
         if kind == "grant":
             mine = _keys(e["partitions"])
             for lease_id, other in list(live.items()):
@@ -58,7 +67,7 @@ def check_history(events: Iterable[Mapping[str, Any]]) -> list[Violation]:
                         )
                     )
             live[e["lease_id"]] = {**e, "keys": mine}
-        elif kind in ("release", "expire"):
+        elif kind in ENDS:
             live.pop(e["lease_id"], None)
         elif kind == "heartbeat":
             held = live.get(e["lease_id"])
@@ -81,6 +90,6 @@ def unreleased(events: Iterable[Mapping[str, Any]]) -> set[str]:
     for e in sorted(events, key=lambda ev: ev["seq"]):
         if e["kind"] == "grant":
             open_.add(e["lease_id"])
-        elif e["kind"] in ("release", "expire"):
+        elif e["kind"] in ENDS:
             open_.discard(e["lease_id"])
     return open_

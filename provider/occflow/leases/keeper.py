@@ -65,14 +65,17 @@ class LeaseKeeper:
 
     def _lose(self, why: str) -> None:
         with self._guard:
-            if not self.lost.is_set():
-                self.why = why
-                self.lost.set()
+            if self.lost.is_set():
+                return
+            self.why = why
+            self.lost.set()
         _log.warning("%s is lost: %s", self.lease.name(), why)
 
     def _past_deadline(self) -> bool:
+        # Not anchored yet (a lease read from elsewhere): the first heartbeat that gets through
+        # anchors it or finds it lapsed; until then ``ensure_live`` refuses.
         deadline = self._deadline
-        return deadline is None or time.monotonic() >= deadline
+        return deadline is not None and time.monotonic() >= deadline
 
     def _run(self) -> None:
         try:

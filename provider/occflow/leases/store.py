@@ -227,7 +227,7 @@ class LeaseStore:
             ).rowcount
             if not updated:
                 raise LeaseLostError(
-                    f"{lease.name()} expired, was released or was taken over by a later try before "
+                    f"{lease.name()} expired or was released (or a later try took it over) before "
                     "this heartbeat; another writer may hold the footprint now"
                 )
             row = RowLike(lease.operation.value, lease.profile, dump_keys(lease.partitions))

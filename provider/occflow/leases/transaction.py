@@ -84,8 +84,8 @@ class TableTransaction:
             .where(Q.c.table_name == self.table, Q.c.expires_at <= self.now)
             .returning(Q.c.request_id, Q.c.operation, Q.c.profile, Q.c.partitions, Q.c.pid)
         ).all()
-        for r in gone:
-            self.event("dequeue", r, request_id=r.request_id, pid=r.pid)
+        for place in gone:
+            self.event("dequeue", place, request_id=place.request_id, pid=place.pid)
         return len(expired)
 
     def candidate_leases(self, request: LeaseRequest) -> Sequence[Any]:

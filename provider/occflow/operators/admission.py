@@ -14,7 +14,14 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowException
 
 from ..core.declaration import WriteDeclaration
-from ..leases import Lease, LeaseLostError, NotAdmittedError, TaskAdmission
+from ..leases import (
+    Lease,
+    LeaseKeeper,
+    LeaseLostError,
+    LeaseStoreUnavailable,
+    NotAdmittedError,
+    TaskAdmission,
+)
 from ..triggers.lease import LeaseAdmissionTrigger
 
 
@@ -28,15 +35,22 @@ def admit(operator: Any, declaration: WriteDeclaration, context: Mapping[str, An
         return None
     admission = admission_of(operator)
     request = admission.request(declaration, context)
-    decided = admission.decide(request)
-    if decided.lease is not None:
-        operator.log.info("admitted: %s", decided.lease.describe())
-        return decided.lease
-    operator.log.info(
-        "not admitted yet, deferring: %s waits for %s",
-        request.describe(),
-        "; ".join(b.describe() for b in decided.blockers),
-    )
+    try:
+        decided = admission.decide(request)
+    except LeaseStoreUnavailable as exc:
+        # The trigger rides out an outage (with backoff, for a bounded time); so does this task.
+        operator.log.warning("lease store unavailable, deferring until it answers: %s", exc)
+    except LeaseLostError as exc:  # a later try of this task instance holds the footprint
+        raise AirflowException(str(exc)) from exc
+    else:
+        if decided.lease is not None:
+            operator.log.info("admitted: %s (fence %d)", decided.lease.describe(), decided.lease.fence)
+            return decided.lease
+        operator.log.info(
+            "not admitted yet, deferring: %s waits for %s",
+            request.describe(),
+            "; ".join(b.describe() for b in decided.blockers),
+        )
     operator.defer(
         trigger=LeaseAdmissionTrigger.for_request(request, operator.lease_store_url, operator.admission_poll_interval),
         method_name="execute_admitted",
@@ -50,14 +64,18 @@ def lease_from_event(operator: Any, event: Mapping[str, Any] | None) -> Lease | 
         return None
     try:
         return admission_of(operator).lease_from_event(event)
-    except (NotAdmittedError, LeaseLostError) as exc:
+    except (NotAdmittedError, LeaseLostError, LeaseStoreUnavailable) as exc:
         raise AirflowException(str(exc)) from exc
 
 
-def keep(operator: Any, lease: Lease | None) -> contextlib.AbstractContextManager[None]:
-    """Heartbeat the lease while the job runs."""
+def keep(operator: Any, lease: Lease | None) -> contextlib.AbstractContextManager[LeaseKeeper | None]:
+    """Heartbeat the lease while the job runs. ``with keep(op, lease) as keeper:`` gives the
+    ``LeaseKeeper`` (``None`` without admission): call ``keeper.ensure_live()`` right before the
+    engine commits (``LeaseLostError`` = abort, do not commit) and stamp ``keeper.fence`` into
+    the commit's metadata where the table format allows."""
     return admission_of(operator).keep(lease, operator.log)
 
 
 def release(operator: Any, lease: Lease | None) -> None:
-    admission_of(operator).release(lease)
+    """Let the lease go (a store that cannot be reached lets it lapse after its TTL)."""
+    admission_of(operator).release(lease, operator.log)

@@ -14,37 +14,42 @@ Subclasses say only how one attempt runs (``run_attempt``) and which engine it i
 Steps 3-5 are one plain loop (``run_with_policy``), not ``tenacity.Retrying``: what follows each
 attempt depends on the classified kind and on the stage the policy reached (retry, then
 reschedule, then fail), which tenacity's retry / stop / wait callbacks would each re-derive.
+
+Right before each commit the engine calls ``before_commit()`` (docs/exactly-once.md): the write
+already in the table (another live try) settles the attempt as committed; a lease that is not
+live any more aborts it uncommitted, and the task goes back through admission (reschedule).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any, NoReturn
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import (
+    AirflowException,
     AirflowFailException,
     AirflowRescheduleException,
     AirflowSkipException,
     AirflowTaskTimeout,
 )
 
-from .. import metrics
 from ..core.classify import classify
 from ..core.declaration import WriteDeclaration
 from ..core.errors import InvalidDeclarationError, conflict_error
 from ..core.kinds import Classification, ConflictKind
 from ..core.policy import Action, Decision, WritePolicy, derive_policy, overrides_to_dict
-from ..engines.ledger import StaleOverwriteError
+from ..engines.ledger import AlreadyCommitted, StaleOverwriteError
 from ..engines.outcome import WriteOutcome
 from . import admission
-from .exactly_once import exactly_once_for, try_number
+from .exactly_once import BeforeCommit, LeaseLapsed, exactly_once_for, try_number
+from .history import WriteHistory, emit_metrics, load_history, store_history
 
-# task_state_store keys: what earlier tries of this task instance (reschedules) already spent.
-_STATE_KEY = "occflow_write_history"
+#: Aborts for a lease that was not live at the commit, per task instance, before the task fails
+#: (for Airflow's retries) instead of going back through admission once more.
+MAX_LEASE_LOSSES = 3
 
 
 class WriteLost(Exception):
@@ -78,27 +83,8 @@ class WriteNotCommitted(RuntimeError):
     """The engine failed with an error that is not a conflict: Airflow's ordinary retries decide."""
 
 
-@dataclass
-class WriteHistory:
-    """What this task instance spent on the write so far, across reschedules."""
-
-    first_started: float = field(default_factory=time.time)
-    attempts: int = 0
-    wasted_seconds: float = 0.0
-    conflicts: list[dict[str, Any]] = field(default_factory=list)
-    decisions: list[dict[str, Any]] = field(default_factory=list)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> WriteHistory:
-        if not data:
-            return cls()
-        return cls(
-            first_started=float(data["first_started"]),
-            attempts=int(data["attempts"]),
-            wasted_seconds=float(data["wasted_seconds"]),
-            conflicts=list(data.get("conflicts", [])),
-            decisions=list(data.get("decisions", [])),
-        )
+class LeaseLostFailure(AirflowException):
+    """The lease was not live at the commit ``MAX_LEASE_LOSSES`` times: Airflow's retries decide."""
 
 
 class OccflowWriteOperator(BaseOperator):
@@ -233,16 +219,17 @@ class OccflowWriteOperator(BaseOperator):
         policy = self.write_policy()
         # Starting the engine (a JVM, a session) is not an attempt: no conflict can waste it.
         self.prepare_engine(declaration, context)
-        history = _load_history(context)
+        history = load_history(context)
         self._metrics_since = (len(history.conflicts), len(history.decisions), history.wasted_seconds)
         try:
-            with admission.keep(self, lease):
+            with admission.keep(self, lease) as keeper:
+                self.lease_keeper = keeper  # what before_commit() checks, and whose fence is stamped
                 outcome = self.run_with_policy(declaration, policy, history, context)
         finally:
             admission.release(self, lease)
         report = self.report(declaration, outcome, history)
-        _store_history(context, None)
-        _emit_metrics(report, self._metrics_since)
+        store_history(context, None)
+        emit_metrics(report, self._metrics_since)
         self.log.info(
             "committed %s on %s: version=%s snapshot=%s after %d attempt(s), %d conflict(s), %.1fs wasted",
             declaration.operation.value, declaration.table, report["version"], report["snapshot_id"],
@@ -256,11 +243,15 @@ class OccflowWriteOperator(BaseOperator):
         """Run -> classify -> decide -> act, until an attempt commits or a decision ends this try."""
         # Exactly once (docs/exactly-once.md): commits carry the write's tag; a retry, and every
         # attempt of a later try, first looks for it in the table and succeeds if it is there.
-        guard = exactly_once_for(self, declaration, context)
+        keeper = getattr(self, "lease_keeper", None)
+        guard = exactly_once_for(self, declaration, context, None if keeper is None else keeper.fence)
+        self._before_commit = BeforeCommit(keeper, guard)
         later_try = try_number(context) > 1
         while True:
             try:
                 return self._attempt(declaration, context, history, guard, later_try)
+            except LeaseLapsed as lapsed:
+                self.abort_lease_lost(declaration, lapsed, history, context)  # raises
             except WriteLost as lost:
                 elapsed = time.time() - history.first_started
                 decision = policy.decide(lost.classification, history.attempts, elapsed)
@@ -289,6 +280,12 @@ class OccflowWriteOperator(BaseOperator):
             raise (AirflowSkipException if stale.action == "skip" else AirflowFailException)(str(stale)) from stale
         except (AirflowFailException, AirflowSkipException, AirflowTaskTimeout, InvalidDeclarationError):
             raise
+        except LeaseLapsed:
+            history.wasted_seconds += time.monotonic() - started
+            raise
+        except AlreadyCommitted as done:  # the job's own Delta txn id is in the table already: done
+            return WriteOutcome(engine=self.engine_name, table=declaration.table, operation=declaration.operation,
+                                committed=True, seconds=0.0, tag={"exactly_once": str(done)})
         except Exception as exc:
             # An engine that raises instead of returning an outcome: classified the same way.
             history.wasted_seconds += time.monotonic() - started
@@ -300,19 +297,52 @@ class OccflowWriteOperator(BaseOperator):
         found = outcome.classification or classify(outcome.error)
         raise WriteLost(found, outcome, None)
 
+    def before_commit(self) -> None:
+        """The check right before a commit; engines call it as late as their API allows.
+
+        Raises ``AlreadyCommitted`` (another live try committed this write: settled, not written
+        again) or ``LeaseLapsed`` (the lease is not live: aborted uncommitted). A no-op outside
+        ``write`` (no lease, no tag)."""
+        check = getattr(self, "_before_commit", None)
+        if check is not None:
+            check()
+
+    @property
+    def commit_fence(self) -> int | None:
+        """The fencing token of the running write's lease (``None`` without admission)."""
+        keeper = getattr(self, "lease_keeper", None)
+        return None if keeper is None else int(keeper.fence)
+
+    def abort_lease_lost(
+        self, declaration: WriteDeclaration, lapsed: LeaseLapsed, history: WriteHistory, context: Any
+    ) -> NoReturn:
+        """The lease was not live at the commit: nothing was committed. Not a conflict: the task
+        goes back through admission for a fresh lease (reschedule), or fails after
+        ``MAX_LEASE_LOSSES`` such aborts, for Airflow's retries."""
+        history.lease_losses.append({"attempt": history.attempts, "fence": lapsed.fence, "reason": str(lapsed)})
+        emit_metrics(self.report(declaration, None, history, committed=False), self._metrics_since)
+        message = f"attempt {history.attempts} of {declaration.operation.value} on {declaration.table} aborted before its commit: {lapsed}"
+        if len(history.lease_losses) >= MAX_LEASE_LOSSES:
+            store_history(context, None)
+            raise LeaseLostFailure(f"{message} ({len(history.lease_losses)} times; failing for Airflow's retries)") from lapsed
+        store_history(context, history)
+        when = _utcnow() + timedelta(seconds=max(float(self.admission_poll_interval), 1.0))
+        self.log.warning("%s; rescheduling until %s to be admitted again", message, when.isoformat())
+        raise AirflowRescheduleException(when) from lapsed
+
     def act_on(
         self, declaration: WriteDeclaration, decision: Decision, lost: WriteLost, history: WriteHistory, context: Any
     ) -> NoReturn:
         """Turn a decision that ends this try into what Airflow understands: reschedule, skip,
         fail fast, or (not a conflict) the engine's own error for Airflow's ordinary retries."""
         partial = self.report(declaration, lost.outcome, history, committed=False)
-        _emit_metrics(partial, self._metrics_since)
+        emit_metrics(partial, self._metrics_since)
         if decision.action is Action.RESCHEDULE:
-            _store_history(context, history)
+            store_history(context, history)
             when = _utcnow() + timedelta(seconds=max(decision.delay_seconds, 1.0))
             self.log.warning("rescheduling until %s: %s", when.isoformat(), decision.reason)
             raise AirflowRescheduleException(when)
-        _store_history(context, None)
+        store_history(context, None)
         if decision.action is Action.SKIP:
             self.log.info("skipping: %s", decision.reason)
             raise AirflowSkipException(decision.reason)
@@ -384,6 +414,8 @@ class OccflowWriteOperator(BaseOperator):
             "decisions": list(history.decisions),
             "wasted_seconds": round(history.wasted_seconds, 3),
             "tag": {} if outcome is None else dict(outcome.tag),
+            "fence": self.commit_fence,
+            "lease_lost": list(history.lease_losses),
         }
 
     # ------------------------------------------------------------------ engine-specific
@@ -402,50 +434,11 @@ def _utcnow() -> Any:
     return timezone.utcnow()
 
 
-def _state_store(context: Any) -> Any:
-    try:
-        return context.get("task_state_store")
-    except Exception:  # noqa: BLE001 - a context without the store (older runners)
-        return None
-
-
-def _load_history(context: Any) -> WriteHistory:
-    store = _state_store(context)
-    if store is None:
-        return WriteHistory()
-    try:
-        return WriteHistory.from_dict(store.get(_STATE_KEY))
-    except Exception:  # noqa: BLE001 - no state yet / the store is not reachable
-        return WriteHistory()
-
-
-def _store_history(context: Any, history: WriteHistory | None) -> None:
-    """Keep the history across a reschedule; clear it once the write is settled."""
-    store = _state_store(context)
-    if store is None:
-        return
-    try:
-        store.set(_STATE_KEY, None if history is None else asdict(history))
-    except Exception:  # noqa: BLE001 - losing the history only loses counts, never data
-        return
-
-
-def _emit_metrics(report: Mapping[str, Any], since: tuple[int, int, float]) -> None:
-    """Metrics for what this try added (earlier tries of a rescheduled task reported theirs)."""
-    conflicts, decisions, wasted = since
-    metrics.record_report(
-        {
-            **report,
-            "conflicts": report["conflicts"][conflicts:],
-            "decisions": report["decisions"][decisions:],
-            "wasted_seconds": max(float(report["wasted_seconds"]) - wasted, 0.0),
-        }
-    )
-
-
 __all__ = [
+    "MAX_LEASE_LOSSES",
     "ConflictFailure",
     "ConflictKind",
+    "LeaseLostFailure",
     "OccflowWriteOperator",
     "WriteHistory",
     "WriteLost",

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from ..core.declaration import WriteDeclaration
+from airflow.sdk.exceptions import AirflowFailException
+
+from ..core.declaration import EngineProfileWarning, WriteDeclaration
 from ..core.errors import InvalidDeclarationError
 from ..core.operations import Operation
 from ..engines.deltars import CommitOptions, DeltaRsLedger, DeltaRsTable, Where
 from ..engines.outcome import WriteOutcome
 from ..hooks.spark import default_delta_location
 from .base import OccflowWriteOperator
+
+#: The matrix delta-rs really implements (``docs/engines-deltars.md``): the operator's default
+#: profile, and the one admission checks for corrupting pairs whatever the task declares.
+ENGINE_PROFILE = "delta-rs"
 
 #: ``job(table, snapshot, partition, commit, context) -> WriteOutcome`` for writes the built-in
 #: operations do not cover; ``snapshot`` is freshly loaded for every attempt.
@@ -35,7 +43,9 @@ _BUILT_IN = frozenset(
 class DeltaWriteOperator(OccflowWriteOperator):
     """A write on a Delta table through delta-rs, under the table's conflict policy.
 
-    :param path: the table's location; default ``<warehouse>/delta/<table>``.
+    :param path: the table's location; default ``<warehouse>/delta/<db>/<table>``, which must
+        resolve (symlinks followed) under the warehouse root. An explicit ``path`` is the only
+        way to write anywhere else.
     :param data: rows to write: a pyarrow table, or ``data(context, snapshot)`` returning one,
         called on every attempt with that attempt's fresh snapshot (a ``DeltaTable``), so a retry
         writes what a fresh read gives, on the table's current schema.
@@ -46,11 +56,17 @@ class DeltaWriteOperator(OccflowWriteOperator):
     :param job: ``job(table, snapshot, partition, commit, context) -> WriteOutcome`` instead of
         the built-in operations.
     :param storage_options: passed to delta-rs.
+    :param allow_unsafe_concurrency: with ``admission=False``, run an operation that delta-rs
+        lets commit beside another one with corrupted data as the result (two OPTIMIZEs of one
+        partition duplicate its rows); without it such a task fails the DAG import.
+
+    The profile defaults to ``delta-rs`` (``table_format="delta"`` means it too); another Delta
+    profile is accepted with a warning that it does not describe delta-rs.
     """
 
     template_fields: Sequence[str] = ("partitions", "path", "where", "set_values")
     engine_name = "delta-rs"
-    default_table_format = "delta"
+    default_table_format = ENGINE_PROFILE  # a format name too: core.declaration.FORMAT_DEFAULT_PROFILE
 
     def __init__(
         self,
@@ -64,10 +80,14 @@ class DeltaWriteOperator(OccflowWriteOperator):
         properties: Mapping[str, str] | None = None,
         job: DeltaJob | None = None,
         storage_options: Mapping[str, str] | None = None,
+        allow_unsafe_concurrency: bool = False,
         **kwargs: Any,
     ) -> None:
-        kwargs.setdefault("table_format", None if kwargs.get("profile") else self.default_table_format)
-        super().__init__(**kwargs)
+        super().__init__(**_delta_rs_defaults(kwargs))
+        self.occflow_write = delta_rs_declaration(
+            self.occflow_write, self.task_id, self.admission, allow_unsafe_concurrency
+        )
+        self.allow_unsafe_concurrency = allow_unsafe_concurrency
         op = self.occflow_write.operation
         if job is None and op not in _BUILT_IN:
             raise InvalidDeclarationError(
@@ -82,6 +102,8 @@ class DeltaWriteOperator(OccflowWriteOperator):
             raise InvalidDeclarationError(f"{self.task_id}: update needs set_values={{column: value}}")
         if job is None and op is Operation.ALTER_METADATA and not (add_columns or properties):
             raise InvalidDeclarationError(f"{self.task_id}: alter_metadata needs add_columns or properties")
+        # Derived from the name: confined under the warehouse root (checked again at run time).
+        self.derived_location = path is None
         self.path = path or default_delta_location(self.table)
         self.data = data
         self.merge_keys = tuple(merge_keys)
@@ -91,6 +113,58 @@ class DeltaWriteOperator(OccflowWriteOperator):
         self.properties = dict(properties) if properties else None
         self.job = job
         self.storage_options = dict(storage_options or {})
+
+    @classmethod
+    def partial(cls, **kwargs: Any) -> Any:  # type: ignore[override]
+        """As ``OccflowWriteOperator.partial``, with delta-rs's profile and checks at parse time."""
+        kwargs = _delta_rs_defaults(kwargs)
+        if "table" in kwargs and "operation" in kwargs:
+            declared = WriteDeclaration.create(
+                kwargs["table"],
+                kwargs["operation"],
+                profile=kwargs.get("profile"),
+                table_format=kwargs.get("table_format"),
+                partitions=kwargs.get("partitions"),
+                allow_templates=True,
+            )
+            delta_rs_declaration(
+                declared,
+                str(kwargs.get("task_id")),
+                bool(kwargs.get("admission", True)),
+                bool(kwargs.get("allow_unsafe_concurrency", False)),
+            )
+        return super().partial(**kwargs)
+
+    def declare(self) -> WriteDeclaration:
+        """The rendered declaration, on delta-rs's matrix; before admission, the location and
+        the columns the write names are checked against the warehouse root and the schema."""
+        declaration = replace(super().declare(), engine_profile=ENGINE_PROFILE)
+        mismatch = declaration.engine_mismatch()
+        if mismatch:
+            self.log.warning("%s", mismatch)  # the run's log says it too, not only the DAG's warnings
+        try:
+            if self.derived_location:
+                self.path = default_delta_location(self.table)  # a symlink may have appeared since parse
+            self._check_columns(declaration)
+        except InvalidDeclarationError as exc:
+            raise AirflowFailException(f"{self.task_id}: {exc}; nothing was written") from exc
+        return declaration
+
+    def _check_columns(self, declaration: WriteDeclaration) -> None:
+        op = declaration.operation
+        if self.job is not None or op not in _PREDICATE_OPERATIONS:
+            return
+        names = {*(self.where or {}), *(k for p in declaration.partitions or () for k in p)}
+        if op is Operation.UPDATE:
+            names |= set(self.set_values or {})
+        if not names:
+            return
+        table = DeltaRsTable(self.path, self.storage_options or None)
+        try:
+            snapshot = table.load()
+        except Exception:  # noqa: BLE001 - no table yet: the attempt reports delta-rs's own error
+            return
+        table.check_columns(names, op.value, snapshot=snapshot)
 
     def commit_ledger(self, table: str, only_if: Mapping[str, str] | None = None) -> DeltaRsLedger:
         """The delta-rs ledger of the table at ``path`` (exactly once, docs/exactly-once.md).
@@ -104,7 +178,10 @@ class DeltaWriteOperator(OccflowWriteOperator):
         table = DeltaRsTable(self.path, self.storage_options or None)
         snapshot = table.load()  # fresh for every attempt: a read-modify-write re-plans on it
         partition = _single_partition(declaration)
-        commit = CommitOptions(metadata=commit_metadata(context, declaration, attempt))
+        # before_commit: the lease is live and no other try committed this write (delta-rs runs
+        # it right before the engine call); the lease's fence goes into the commit info.
+        commit = CommitOptions(metadata=commit_metadata(context, declaration, attempt),
+                               before_commit=self.before_commit, fence=self.commit_fence)
         if self.job is not None:
             return self.job(table, snapshot, partition, commit, context)
         op = declaration.operation
@@ -129,6 +206,40 @@ class DeltaWriteOperator(OccflowWriteOperator):
 
     def _rows(self, context: Any, snapshot: Any) -> Any:
         return self.data(context, snapshot) if callable(self.data) else self.data
+
+
+# Built-in operations whose predicate (where=, partitions) names columns.
+_PREDICATE_OPERATIONS = frozenset(
+    {Operation.INSERT_OVERWRITE, Operation.DELETE, Operation.TRUNCATE, Operation.UPDATE}
+)
+
+
+def _delta_rs_defaults(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """``table_format="delta"`` (or none, without a profile) on this operator means delta-rs."""
+    out = dict(kwargs)
+    if not out.get("profile") and out.get("table_format") in (None, "delta"):
+        out["table_format"] = ENGINE_PROFILE
+    return out
+
+
+def delta_rs_declaration(
+    declared: WriteDeclaration, where: str, admission: bool, allow_unsafe_concurrency: bool
+) -> WriteDeclaration:
+    """``declared`` with delta-rs as its engine profile: a profile of another table format is
+    refused, another Delta profile warned about (a DAG import warning, which Airflow shows with
+    the DAG), and without admission an operation delta-rs can corrupt data with needs
+    ``allow_unsafe_concurrency=True``."""
+    if declared.profile.table_format != "delta":
+        raise InvalidDeclarationError(
+            f"{where}: profile {declared.profile.name!r} describes {declared.profile.table_format} tables; "
+            f"DeltaWriteOperator writes Delta tables through delta-rs (profile {ENGINE_PROFILE!r})"
+        )
+    declaration = replace(declared, engine_profile=ENGINE_PROFILE)
+    mismatch = declaration.engine_mismatch()
+    if mismatch:
+        warnings.warn(f"{where}: {mismatch}", EngineProfileWarning, stacklevel=4)
+    declaration.require_admission_or_opt_in(admission, allow_unsafe_concurrency, where)
+    return declaration
 
 
 def _single_partition(declaration: WriteDeclaration) -> dict[str, Any] | None:

@@ -5,6 +5,11 @@ that runs each attempt so that the logical write lands once (docs/exactly-once.m
 logical date already overwrote, tag the commit, and verify a ``commit_state_unknown`` failure
 instead of letting it be retried blindly. The ledger comes from the operator itself
 (``commit_ledger(table, only_if=None)``): each write operator asks its engine for it.
+
+One write, one live attempt: ``BeforeCommit`` is the check the engines run right before the
+commit (another live try may have committed meanwhile; the lease must still be live). What it
+finds, and a ``concurrent_transaction`` that another try's commit of this write caused, settle
+the attempt as "already committed by try N" instead of committing twice or failing.
 """
 
 from __future__ import annotations
@@ -18,13 +23,30 @@ from ..core.classify import classify
 from ..core.errors import InvalidDeclarationError
 from ..core.kinds import Classification, ConflictKind
 from ..core.operations import Operation
-from ..engines.ledger import CommitLedger, StaleOverwriteError, newer_overwrite
+from ..engines.ledger import (
+    AlreadyCommitted,
+    CommitLedger,
+    CommitRefused,
+    FoundCommit,
+    StaleOverwriteError,
+    newer_overwrite,
+)
 from ..engines.outcome import ErrorInfo, WriteOutcome
 from ..engines.tags import CommitTag
+from ..leases import LeaseKeeper, LeaseLostError
 
 #: What happens to an overwrite whose partition a newer logical date already overwrote.
 STALE_OVERWRITE_ACTIONS = ("report", "skip", "apply")
 STALE_OVERWRITE_ENV = "OCCFLOW_STALE_OVERWRITE"
+
+
+class LeaseLapsed(CommitRefused):
+    """The write's lease lapsed, was lost or was superseded before the commit: the attempt is
+    aborted without committing (someone else may hold the footprint now)."""
+
+    def __init__(self, message: str, fence: int | None = None) -> None:
+        super().__init__(message)
+        self.fence = fence
 
 
 @dataclass(frozen=True)
@@ -45,6 +67,12 @@ class ExactlyOnce:
         found = self.ledger.find_commit(self.tag)
         return None if found is None else found.outcome(self.tag.operation, reason)
 
+    def ensure_not_committed(self) -> None:
+        """Raise ``AlreadyCommitted`` if the write is in the table: the check right before a commit."""
+        found = self.ledger.find_commit(self.tag)
+        if found is not None:
+            raise AlreadyCommitted(f"{self.tag.describe()} is already in {found.describe()}", found)
+
     def run(self, attempt: Callable[[], WriteOutcome], *, verify_first: bool) -> WriteOutcome:
         """One attempt: verified first when ``verify_first`` (a retry), tagged, unknown states verified.
 
@@ -62,17 +90,45 @@ class ExactlyOnce:
         try:
             with self.ledger.tagging(self.tag):
                 outcome = attempt()
+        except AlreadyCommitted as done:
+            return self._settle_refused(done)
+        except CommitRefused:
+            raise
         except Exception as exc:
             raised = classify(exc)
+            settled = self._settled_by_another_try(raised)
+            if settled is not None:
+                return settled
             if raised.kind is not ConflictKind.COMMIT_STATE_UNKNOWN:
                 raise
             return self._settle_unknown(None, raised, exc)
         if outcome.committed:
             return outcome
         found = outcome.classification
-        if found is None or found.kind is not ConflictKind.COMMIT_STATE_UNKNOWN:
+        if found is None:
+            return outcome
+        settled = self._settled_by_another_try(found)
+        if settled is not None:
+            return settled
+        if found.kind is not ConflictKind.COMMIT_STATE_UNKNOWN:
             return outcome
         return self._settle_unknown(outcome, found, None)
+
+    def _settled_by_another_try(self, lost: Classification) -> WriteOutcome | None:
+        """A ``concurrent_transaction`` on this write's own transaction id: the table refused a
+        second commit of it, so another try committed it. The ledger decides; ``None`` when the
+        tag is not there (another writer's transaction id: the failure stands)."""
+        if lost.kind is not ConflictKind.CONCURRENT_TRANSACTION:
+            return None
+        found = self.ledger.find_commit(self.tag)
+        return None if found is None else _settled(found, self.tag, _BY_TRANSACTION)
+
+    def _settle_refused(self, refused: AlreadyCommitted) -> WriteOutcome:
+        """The check right before the commit found the write in the table: done, not again."""
+        found = refused.found or self.ledger.find_commit(self.tag)
+        if found is None:  # the format's txn says landed, yet the ledger cannot name the commit
+            raise refused
+        return _settled(found, self.tag, "found right before this attempt's commit")
 
     def _settle_unknown(
         self, outcome: WriteOutcome | None, unknown: Classification, error: BaseException | None
@@ -105,8 +161,44 @@ class ExactlyOnce:
         )
 
 
-def from_context(context: Any, operation: Operation | str, partitions: Any = None) -> CommitTag | None:
-    """The tag of the task instance in an Airflow ``context``; ``None`` outside a task."""
+_BY_TRANSACTION = "the table refused a second commit of this write (concurrent_transaction)"
+
+
+def _settled(found: FoundCommit, tag: CommitTag, why: str) -> WriteOutcome:
+    """The write settled as committed by the try whose commit ``found`` is; this one adds none."""
+    mine = "" if tag.try_number is None else f"; try {tag.try_number} did not commit again"
+    return found.outcome(tag.operation, f"already committed by {found.by}: {why}{mine}")
+
+
+@dataclass(frozen=True)
+class BeforeCommit:
+    """The check a write makes right before its commit; engines call it as late as they can.
+
+    First the ledger (another live try of the task may have committed the write meanwhile:
+    ``AlreadyCommitted``), then the lease, last because it is the one that must hold at the
+    commit (``LeaseLapsed`` when it lapsed, was lost or superseded). No keeper: admission is
+    off; no guard: exactly-once is off.
+    """
+
+    keeper: LeaseKeeper | None = None
+    guard: ExactlyOnce | None = None
+
+    def __call__(self) -> None:
+        if self.guard is not None:
+            self.guard.ensure_not_committed()
+        if self.keeper is None:
+            return
+        try:
+            self.keeper.ensure_live()
+        except LeaseLostError as exc:
+            raise LeaseLapsed(str(exc), self.keeper.fence) from exc
+
+
+def from_context(
+    context: Any, operation: Operation | str, partitions: Any = None, fence: int | None = None
+) -> CommitTag | None:
+    """The tag of the task instance in an Airflow ``context``; ``None`` outside a task.
+    It names the try (and ``fence``, the lease's token) as who made the commit."""
     ti = context.get("ti") if hasattr(context, "get") else None
     if ti is None:
         return None
@@ -123,6 +215,8 @@ def from_context(context: Any, operation: Operation | str, partitions: Any = Non
         map_index=int(getattr(ti, "map_index", -1) if getattr(ti, "map_index", None) is not None else -1),
         logical_date=logical,
         partitions=partitions,
+        try_number=try_number(context),
+        fence=fence,
     )
 
 
@@ -147,13 +241,15 @@ def ledger_for(operator: Any, table: str, only_if: Mapping[str, str] | None = No
     return ledger
 
 
-def exactly_once_for(operator: Any, declaration: Any, context: Any) -> ExactlyOnce | None:
+def exactly_once_for(
+    operator: Any, declaration: Any, context: Any, fence: int | None = None
+) -> ExactlyOnce | None:
     """The exactly-once guard of a task's write, or ``None`` (outside a task, untaggable engine,
-    or ``exactly_once = False`` on the operator)."""
+    or ``exactly_once = False`` on the operator). ``fence``: the lease's token, stamped on the commit."""
     if getattr(operator, "exactly_once", True) is False:
         return None
     partitions = None if declaration.partitions is None else [dict(p) for p in declaration.partitions]
-    tag = from_context(context, declaration.operation, partitions)
+    tag = from_context(context, declaration.operation, partitions, fence)
     if tag is None:
         return None
     # The keys DeltaWriteOperator's commit_metadata writes: they pick out the operator's commits.

@@ -5,15 +5,18 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from airflow.sdk.exceptions import AirflowFailException
+
 from ..core.declaration import WriteDeclaration
 from ..core.errors import InvalidDeclarationError
-from ..core.operations import Operation
+from ..core.sql import check_sql_write, job_text
 from ..engines.ledger import CommitLedger
 from ..engines.outcome import WriteOutcome
-from ..engines.spark import SparkEngine, SqlJob
+from ..engines.spark import SparkConfig, SparkEngine
 from ..hooks.spark import DEFAULT_CONN_ID, OccflowSparkHook
 from .base import OccflowWriteOperator
 
@@ -31,21 +34,66 @@ def spark_engine(config: Mapping[str, Any]) -> SparkEngine:
         return _engines[key]
 
 
-def check_sql_operation(sql: str, declared: Operation, where: str) -> None:
-    """The SQL's first write statement must be the declared operation (or the matrix is wrong)."""
-    found = SqlJob(sql).operation()
-    if found is not None and found is not declared:
-        raise InvalidDeclarationError(
-            f"{where}: the SQL job is a {found.value} but the task declares {declared.value}; "
-            "declare the operation the job performs"
-        )
+SqlText = str | list[str]
+
+
+def sql_of(job: Any) -> SqlText | None:
+    """A job given as SQL: text, or the DAG's list of statements (only a list may start with
+    ``SET key = value`` statements); ``None`` for any other job."""
+    if isinstance(job, str):
+        return job
+    if isinstance(job, (list, tuple)) and job and all(isinstance(s, str) for s in job):
+        return list(job)
+    return None
+
+
+def templated(sql: SqlText) -> bool:
+    return any(m in text for text in ([sql] if isinstance(sql, str) else sql) for m in _TEMPLATE_MARK)
+
+
+def spark_declaration(
+    declared: WriteDeclaration, config: Mapping[str, Any] | None
+) -> tuple[WriteDeclaration, str | None]:
+    """``declared`` in the config's catalog (``db.t`` and ``lake.db.t`` are one table), with its
+    profile as the engine's; and the catalog Spark SQL resolves ``db.t`` in (``None``: the
+    config is not known yet, at DAG parse time with a connection)."""
+    if config is None:
+        return replace(declared, engine_profile=declared.profile.name), None
+    spark = SparkConfig.from_dict(config)
+    return replace(declared, catalog=spark.table_catalog, engine_profile=declared.profile.name), spark.sql_catalog
+
+
+def checked_sql(sql: SqlText, declaration: WriteDeclaration, sql_catalog: str | None, where: str) -> str:
+    """The SQL text to run, once it is exactly the declared write on the declared table
+    (``core.sql.check_sql_write``); an error naming the statement and what differs otherwise."""
+    try:
+        check_sql_write(sql, declaration, sql_catalog, catalogs_known=sql_catalog is not None)
+    except InvalidDeclarationError as exc:
+        raise InvalidDeclarationError(f"{where}: {exc}") from None
+    return job_text(sql)[0]
+
+
+def declare_spark_write(operator: Any, declared: WriteDeclaration) -> WriteDeclaration:
+    """The rendered declaration in the session's catalog, and the rendered SQL checked against
+    it before admission and before any engine sees it: a refusal fails the task for good."""
+    declaration, sql_catalog = spark_declaration(declared, operator.session_config())
+    if operator.sql is not None:
+        try:
+            checked_sql(operator.sql, declaration, sql_catalog, operator.task_id)
+        except InvalidDeclarationError as exc:
+            raise AirflowFailException(f"{exc}; nothing ran") from exc
+    return declaration
 
 
 class SparkWriteOperator(OccflowWriteOperator):
     """A write job on Spark under the table's conflict policy.
 
-    :param job: SQL text (templated), a callable ``(spark, job_context)`` or a ``Path`` to a
-        PySpark application file. ``job_context.params`` holds the rendered partition values.
+    :param job: SQL text (templated), a list of SQL statements, a callable ``(spark,
+        job_context)`` or a ``Path`` to a PySpark application file. ``job_context.params`` holds
+        the rendered partition values. SQL is checked when the DAG is parsed (if it holds no
+        template) and after rendering, before admission: it must be exactly one write statement
+        of the declared operation on the declared table (``docs/operators.md``); only a list may
+        put ``SET key = value`` statements before the write.
     :param occflow_spark_conn_id: the ``occflow_spark`` connection (default: embedded local).
     :param spark_config: a config dict used instead of a connection (keys of ``SparkConfig``).
     :param job_params: extra string parameters for a callable / application job (templated).
@@ -58,25 +106,29 @@ class SparkWriteOperator(OccflowWriteOperator):
     def __init__(
         self,
         *,
-        job: str | Path | Callable[..., None],
+        job: str | Sequence[str] | Path | Callable[..., None],
         occflow_spark_conn_id: str = DEFAULT_CONN_ID,
         spark_config: Mapping[str, Any] | None = None,
         job_params: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.sql: str | None = job if isinstance(job, str) else None
-        self.job = None if isinstance(job, str) else job
-        if self.sql is not None and not any(m in self.sql for m in _TEMPLATE_MARK):
-            check_sql_operation(self.sql, self.occflow_write.operation, self.task_id)
+        self.sql: SqlText | None = sql_of(job)
+        self.job = None if self.sql is not None else job
         if self.job is not None and not (callable(self.job) or isinstance(self.job, Path)):
             raise InvalidDeclarationError(
-                f"{self.task_id}: job must be SQL text, a callable (spark, context) or a Path to an "
-                f"application file, got {type(job).__name__}"
+                f"{self.task_id}: job must be SQL text, a list of SQL statements, a callable (spark, "
+                f"context) or a Path to an application file, got {type(job).__name__}"
             )
         self.occflow_spark_conn_id = occflow_spark_conn_id
         self.spark_config = dict(spark_config) if spark_config is not None else None
         self.job_params = dict(job_params or {})
+        self.occflow_write, sql_catalog = spark_declaration(self.occflow_write, self.spark_config)
+        if self.sql is not None and not templated(self.sql):
+            checked_sql(self.sql, self.occflow_write, sql_catalog, self.task_id)  # a DAG import error
+
+    def declare(self) -> WriteDeclaration:
+        return declare_spark_write(self, super().declare())
 
     def session_config(self) -> dict[str, Any]:
         if self.spark_config is not None:
@@ -97,14 +149,17 @@ class SparkWriteOperator(OccflowWriteOperator):
         engine = spark_engine(self.session_config())
         self.engine_name = engine.engine_name
         if self.sql is not None:
-            check_sql_operation(self.sql, declaration.operation, self.task_id)  # after rendering
-            job: Any = self.sql
+            # Checked in declare(); again here, against the running session's catalog, so the
+            # text that runs is the text that was checked.
+            job: Any = checked_sql(self.sql, declaration, engine.config.sql_catalog, self.task_id)
         else:
             job = self.job
         params = {**partition_params(declaration), **{k: str(v) for k, v in self.job_params.items()}}
         # Each attempt plans again: the engine's catalog does not cache tables, so the job reads
         # the table's current snapshot (the fresh snapshot in-task retries rely on).
-        return engine.run(job, declaration.table, declaration.operation, params=params)
+        # before_commit runs right before the SQL statement that writes (a callable: before it starts).
+        return engine.run(job, declaration.table, declaration.operation, params=params,
+                          before_commit=self.before_commit)
 
 
 def partition_params(declaration: WriteDeclaration) -> dict[str, str]:

@@ -25,7 +25,15 @@ from ..engines.spark import CallableJob, SubmitError, SubmittedJob, read_outcome
 from ..engines.spark import submit_job as submit_driver
 from ..hooks.spark import DEFAULT_CONN_ID, OccflowSparkHook, embedded_home
 from .base import OccflowWriteOperator
-from .spark import _TEMPLATE_MARK, check_sql_operation, partition_params
+from .spark import (
+    SqlText,
+    checked_sql,
+    declare_spark_write,
+    partition_params,
+    spark_declaration,
+    sql_of,
+    templated,
+)
 
 RUNNING, SUCCEEDED, FAILED = "RUNNING", "SUCCEEDED", "FAILED"
 
@@ -38,7 +46,8 @@ def outcome_dir() -> Path:
 class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
     """A write job run by spark-submit, under the table's conflict policy, resumable across retries.
 
-    :param job: SQL text (templated), an importable ``"package.module:function"`` taking
+    :param job: SQL text (templated) or a list of SQL statements (checked as
+        ``SparkWriteOperator`` checks them), an importable ``"package.module:function"`` taking
         ``(spark, job_context)``, or a ``Path`` to a PySpark application file.
     :param occflow_spark_conn_id: the ``occflow_spark`` connection (a master URL, not Spark Connect).
     :param spark_config: a config dict used instead of a connection.
@@ -55,7 +64,7 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
     def __init__(
         self,
         *,
-        job: str | Path,
+        job: str | Sequence[str] | Path,
         occflow_spark_conn_id: str = DEFAULT_CONN_ID,
         spark_config: Mapping[str, Any] | None = None,
         py_files: Sequence[str] = (),
@@ -64,27 +73,31 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.sql: str | None = None
+        self.sql: SqlText | None = None
         self.job: Any = None
+        self.spark_config = dict(spark_config) if spark_config is not None else None
         if isinstance(job, Path):
             self.job = job
         elif isinstance(job, str) and re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", job.strip()):
             self.job = job.strip()  # a "module:function" reference, imported by the driver
-        elif isinstance(job, str):
-            self.sql = job
-            if not any(m in job for m in _TEMPLATE_MARK):
-                check_sql_operation(job, self.occflow_write.operation, self.task_id)
+        elif sql_of(job) is not None:
+            self.sql = sql_of(job)
         else:
             raise InvalidDeclarationError(
                 f"{self.task_id}: a spark-submit job is SQL text, 'package.module:function' or a Path to an "
                 f"application file (callables must be importable by the driver), got {type(job).__name__}"
             )
         self.occflow_spark_conn_id = occflow_spark_conn_id
-        self.spark_config = dict(spark_config) if spark_config is not None else None
+        self.occflow_write, sql_catalog = spark_declaration(self.occflow_write, self.spark_config)
+        if self.sql is not None and not templated(self.sql):
+            checked_sql(self.sql, self.occflow_write, sql_catalog, self.task_id)  # a DAG import error
         self.py_files = tuple(py_files)
         self.job_params = dict(job_params or {})
         self.poll_interval = poll_interval
         self._attempt_state: dict[str, Any] = {}
+
+    def declare(self) -> WriteDeclaration:
+        return declare_spark_write(self, super().declare())
 
     # ------------------------------------------------------------------ one attempt
 
@@ -106,9 +119,12 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
         if ti is not None:
             where = where / str(ti.dag_id) / _safe(str(ti.run_id)) / f"{ti.task_id}.{ti.map_index}"
         path = where / f"try{getattr(ti, 'try_number', 0)}-attempt{self._attempt_state['attempt']}-{os.getpid()}.json"
+        config = self.session_config()
+        job: Any = self.job
         if self.sql is not None:
-            check_sql_operation(self.sql, declaration.operation, self.task_id)
-        job: Any = self.sql if self.sql is not None else self.job
+            # The text the driver runs is the text checked (declare() checked it too).
+            _, sql_catalog = spark_declaration(declaration, config)
+            job = checked_sql(self.sql, declaration, sql_catalog, self.task_id)
         if isinstance(job, str) and self.sql is None:
             job = CallableJob.from_reference(job)
         params = {**partition_params(declaration), **{k: str(v) for k, v in self.job_params.items()}}
@@ -117,7 +133,7 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
             declaration.table,
             path,
             operation=declaration.operation,
-            config=self.session_config(),
+            config=config,
             params=params,
             py_files=self.py_files,
         )

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...core.errors import InvalidDeclarationError
 from ...core.operations import Operation
+from ..ledger import CommitRefused
 from ..outcome import WriteOutcome
 from .commit import COMMIT_ID_KEY, CommitOptions
 from .errors import classify_error, error_info
@@ -71,6 +72,11 @@ class DeltaRsTable:
         """The last version committed for ``app_id`` (Delta ``txn`` action), or ``None``."""
         found = self.load().transaction_version(app_id)
         return None if found is None else int(found)
+
+    def check_columns(self, names: Iterable[str], what: str, snapshot: DeltaTable | None = None) -> None:
+        """Every column in ``names`` is in the table's schema; else an error naming the unknown
+        and the known ones (``snapshot``: the version to check, default the latest)."""
+        require_columns(snapshot if snapshot is not None else self.load(), names, f"{what} on {self.uri}")
 
     # -- writes -------------------------------------------------------------------------------
 
@@ -184,6 +190,9 @@ class DeltaRsTable:
 
         def run(table: DeltaTable | None, props: CommitProperties) -> dict[str, Any] | None:
             assert table is not None
+            # delta-rs commits an UPDATE of a column the table lacks as a change to nothing (an
+            # unknown predicate column it does refuse, as an engine error in the outcome).
+            require_columns(table, [*values, *expressions], "the update's set_values")
             return table.update(
                 updates=expressions or None,
                 new_values=values or None,
@@ -333,9 +342,11 @@ class DeltaRsTable:
             table = snapshot if snapshot is not None else (self.load() if load else None)
             if snapshot is not None:
                 tag["read_version"] = str(snapshot.version())
-            metrics = fn(table, options.properties(commit_id))
-        except InvalidDeclarationError:
-            raise
+            # Last step before the engine call: the caller's before-commit check, and the snapshot
+            # it plans on must not hold this write's app transaction yet (CommitOptions.ready).
+            metrics = fn(table, options.ready(table, commit_id))
+        except (InvalidDeclarationError, CommitRefused):
+            raise  # a refused commit is the caller's decision, not an engine failure
         except Exception as exc:  # noqa: BLE001 - every engine failure becomes an outcome
             seconds = time.perf_counter() - start
             return WriteOutcome(
@@ -376,6 +387,17 @@ class DeltaRsTable:
             if entry.get(COMMIT_ID_KEY) == commit_id:
                 return int(entry["version"]), dict(entry.get("operationMetrics") or {})
         return None, {}
+
+
+def require_columns(table: DeltaTable, names: Iterable[str], what: str) -> None:
+    """``names`` are columns of ``table``'s schema, or an error (nothing is written) naming the
+    unknown ones and the known ones."""
+    known = [field.name for field in table.schema().fields]
+    unknown = sorted(set(names) - set(known))
+    if unknown:
+        raise InvalidDeclarationError(
+            f"{what} names unknown column(s) {', '.join(unknown)}; the table's columns are {', '.join(known)}"
+        )
 
 
 def _rows(operation: Operation, metrics: Mapping[str, Any]) -> int | None:

@@ -16,8 +16,10 @@ from .iceberg import IcebergFormat
 from .settings import SparkConfigError, str_mapping, str_tuple
 
 TABLE_FORMATS = ("iceberg", "delta", "parquet", "hive")
+#: Spark's built-in catalog: where ``db.table`` resolves unless ``spark.sql.defaultCatalog`` says otherwise.
+SESSION_CATALOG = "spark_catalog"
 
-__all__ = ["TABLE_FORMATS", "NoConflictDetectionWarning", "SparkConfig", "SparkConfigError", "table_format_for"]
+__all__ = ["SESSION_CATALOG", "TABLE_FORMATS", "NoConflictDetectionWarning", "SparkConfig", "SparkConfigError", "table_format_for"]
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,19 @@ class SparkConfig:
 
     def table_format_spec(self) -> TableFormat:
         return table_format_for(self)
+
+    @property
+    def table_catalog(self) -> str:
+        """The catalog a declared ``db.table`` is in: the engine qualifies it with the Iceberg
+        catalog (``lake``); Delta and plain tables live in Spark's session catalog."""
+        fmt = self.table_format_spec()
+        return fmt.catalog.name if isinstance(fmt, IcebergFormat) else SESSION_CATALOG
+
+    @property
+    def sql_catalog(self) -> str:
+        """The catalog Spark SQL resolves ``db.table`` in (``spark.sql.defaultCatalog``): for SQL
+        jobs, ``db.t`` on an Iceberg config is ``spark_catalog.db.t``, not ``lake.db.t``."""
+        return self.conf.get("spark.sql.defaultCatalog") or SESSION_CATALOG
 
     def spark_conf(self) -> dict[str, str]:
         """Every Spark setting the session needs; the user's ``conf`` wins over our defaults."""

@@ -13,11 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import sqlglot
-from sqlglot import TokenError, TokenType
-
 from ...core.errors import InvalidDeclarationError
 from ...core.operations import Operation, parse_operation
+from ...core.sql import split_statements
 
 
 @dataclass(frozen=True)
@@ -30,32 +28,11 @@ class JobContext:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
-def split_statements(text: str) -> list[str]:
-    """SQL statements separated by ``;`` outside quotes and comments, as written (comments kept).
-
-    Spark SQL's tokenizer (sqlglot's Spark dialect) finds the separators; a piece that holds no
-    token (empty, or only comments) is no statement.
-    """
-    try:
-        tokens = sqlglot.tokenize(text, read="spark")
-    except TokenError as exc:
-        raise InvalidDeclarationError(f"cannot read the SQL job as Spark SQL (an unclosed quote?): {exc}") from None
-    statements: list[str] = []
-    start, has_token = 0, False
-    for token in tokens:
-        if token.token_type is not TokenType.SEMICOLON:
-            has_token = True
-            continue
-        if has_token:
-            statements.append(text[start : token.start].strip())
-        start, has_token = token.end + 1, False
-    if has_token:
-        statements.append(text[start:].strip())
-    return statements
-
-
 @dataclass(frozen=True)
 class SqlJob:
+    """SQL text run statement by statement, split as ``core.sql`` splits it to check it (so a
+    write task's check reads exactly the statements that run)."""
+
     text: str
 
     def __post_init__(self) -> None:

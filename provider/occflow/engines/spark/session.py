@@ -20,11 +20,12 @@ from typing import Any
 
 from ...core.errors import InvalidDeclarationError
 from ...core.operations import Operation, parse_operation
+from ..ledger import CommitRefused
 from ..outcome import WriteOutcome
 from .config import SparkConfig
 from .errors import classify_error, error_info
 from .identifiers import split_table
-from .jobs import Job, JobContext, as_job
+from .jobs import Job, JobContext, SqlJob, as_job
 from .settings import SparkConfigError
 
 _session_lock = threading.Lock()
@@ -97,11 +98,14 @@ class SparkEngine:
         operation: Operation | str | None = None,
         params: Mapping[str, str] | None = None,
         session: Any = None,
+        before_commit: Callable[[], None] | None = None,
     ) -> WriteOutcome:
         """Run ``job`` as a write to ``table``; a failing job is a failed outcome, not an error.
 
         ``session`` runs the job on another session of the same context (the conformance suite
-        uses one that still sees an older snapshot).
+        uses one that still sees an older snapshot). ``before_commit`` runs right before the
+        SQL statement that writes (see ``_run_job``); the ``CommitRefused`` it raises is let
+        through, not reported as the job's failure.
         """
         the_job = as_job(job)
         split_table(table)
@@ -111,7 +115,9 @@ class SparkEngine:
         before = self.format.before(spark, table)
         start = time.perf_counter()
         try:
-            the_job.run(spark, context)
+            _run_job(the_job, spark, context, before_commit)
+        except CommitRefused:
+            raise  # a refused commit is the caller's decision, not the job's failure
         except Exception as exc:  # the job's failure is the outcome we report
             seconds = time.perf_counter() - start
             info = error_info(exc)
@@ -150,6 +156,34 @@ class SparkEngine:
                 "(insert_into, insert_overwrite, update, delete, merge, ...)"
             )
         return found
+
+
+def _run_job(job: Job, spark: Any, context: JobContext, before_commit: Callable[[], None] | None) -> None:
+    """Run ``job`` with ``before_commit`` as late as Spark lets us: right before a SQL job's last
+    write statement (its commit is that statement's), and before anything else runs for a
+    callable or an application, whose commits happen inside code we do not see."""
+    if before_commit is None:
+        job.run(spark, context)
+        return
+    if not isinstance(job, SqlJob):
+        before_commit()
+        job.run(spark, context)
+        return
+    statements = job.statements
+    writes = [i for i, text in enumerate(statements) if _is_write(text)]
+    last = writes[-1] if writes else len(statements) - 1
+    for index, statement in enumerate(statements):
+        if index == last:
+            before_commit()
+        spark.sql(statement)
+
+
+def _is_write(statement: str) -> bool:
+    try:
+        parse_operation(statement)
+    except InvalidDeclarationError:
+        return False
+    return True
 
 
 def _check_running_context(conf: Mapping[str, str]) -> None:

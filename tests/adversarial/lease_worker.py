@@ -1,0 +1,160 @@
+"""One worker of the adversarial lease suite (``test_leases_adversarial.py``), run as a script.
+
+It loops until the stop file appears: picks a table, a random footprint over mixed partition
+column sets (or the whole table) and a random operation of the table's profile, polls the
+store until admitted, holds the lease for a short random time while a ``LeaseKeeper``
+heartbeats it, calls ``keeper.ensure_live()`` and only then "commits": appends one JSON line
+(table, footprint, operation, fence, lease, pid, wall-clock commit time) to its log and fsyncs
+it. A refused ``ensure_live`` is logged as an abort. The test's fault injector kills, stops and
+starves these processes; the checker then reads the logs against the store's history.
+
+Before each request the worker writes its intent (what it is about to request, as which try of
+which task instance) to ``--intent``; after a ``kill -9`` the injector starts a new worker with
+``--retry``, which asks again for that intent as the next try, as Airflow would.
+
+Against an occflow without fenced leases (``--unfenced`` or no ``ensure_live``), it commits
+without the check, as the operators did.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from occflow.leases import Holder, LeaseKeeper, LeaseLostError, LeaseRequest, LeaseStore
+
+TABLES = {"db.events": "delta-rs", "db.orders": "iceberg-serializable"}
+DOMAINS = {"ds": ("1", "2", "3"), "country": ("NL", "DE"), "hour": ("0", "1")}
+COLUMN_SETS = (("ds",), ("ds", "country"), ("country", "hour"), ("ds", "country", "hour"))
+OPERATIONS = {
+    "delta-rs": ("insert_overwrite", "truncate", "insert_into", "update", "delete", "merge", "optimize",
+                 "alter_metadata"),
+    "iceberg-serializable": ("insert_overwrite", "truncate", "insert_into", "update", "delete", "merge",
+                             "optimize", "alter_metadata"),
+}
+WHOLE_TABLE_SHARE = 0.05
+
+
+def random_intent(rnd: random.Random, worker: int, cycle: int) -> dict[str, Any]:
+    """What to request next: table, profile, operation, footprint, and the task instance."""
+    table = rnd.choice(sorted(TABLES))
+    profile = TABLES[table]
+    footprint = None
+    if rnd.random() >= WHOLE_TABLE_SHARE:
+        footprint = []
+        for _ in range(rnd.choice((1, 1, 2))):
+            columns = rnd.choice(COLUMN_SETS)
+            footprint.append({c: rnd.choice(DOMAINS[c]) for c in columns})
+    return {
+        "table": table, "profile": profile, "operation": rnd.choice(OPERATIONS[profile]),
+        "footprint": footprint, "dag_id": "adversarial", "task_id": f"w{worker}", "run_id": f"c{cycle}",
+        "try_number": 1,
+    }
+
+
+def write_intent(path: Path, intent: dict[str, Any]) -> None:
+    part = path.with_suffix(".part")
+    part.write_text(json.dumps(intent))
+    os.replace(part, path)  # never half-written for the injector
+
+
+class Log:
+    """Append-only JSON lines, each on disk (fsync) before the worker moves on."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def write(self, record: dict[str, Any]) -> None:
+        os.write(self.fd, (json.dumps(record) + "\n").encode())
+        os.fsync(self.fd)
+
+
+def acquire(store: LeaseStore, request: LeaseRequest, stop: Path, rnd: random.Random) -> Any:
+    """Poll until admitted; ``None`` if told to stop or refused as a stale try. Store errors
+    (an outage) are waited out: the worker backs off and asks again with the same request."""
+    pause = 0.02
+    while not stop.exists():
+        try:
+            lease = store.try_acquire(request)
+        except LeaseLostError:
+            return None
+        except Exception:  # noqa: BLE001 - the store is down or locked: wait and ask again
+            lease = None
+            pause = 0.5
+        if lease is not None:
+            return lease
+        time.sleep(pause * (0.5 + rnd.random()))
+        pause = min(pause * 2, 0.3)
+    with contextlib.suppress(Exception):  # leaving anyway; the place lapses after its queue TTL
+        store.cancel(request)
+    return None
+
+
+def hold_and_commit(store: LeaseStore, lease: Any, intent: dict[str, Any], args: argparse.Namespace,
+                    rnd: random.Random, log: Log) -> None:
+    """Hold the lease a while, check it, commit; then let it go."""
+    fenced = not args.unfenced and hasattr(LeaseKeeper, "ensure_live")
+    record = {**intent, "lease_id": lease.lease_id, "fence": getattr(lease, "fence", None), "pid": os.getpid()}
+    with LeaseKeeper(store, lease, interval=args.ttl / 3) as keeper:
+        time.sleep(rnd.uniform(0.05, args.hold_max))
+        try:
+            if fenced:
+                keeper.ensure_live()  # the last thing before the commit
+        except LeaseLostError as exc:
+            log.write({**record, "kind": "abort", "why": str(exc), "t": time.time()})
+        else:
+            log.write({**record, "kind": "commit", "t_commit": time.time()})
+    with contextlib.suppress(Exception):  # the store is down: the lease lapses after its TTL
+        store.release(lease)
+
+
+def cycle(store: LeaseStore, intent: dict[str, Any], args: argparse.Namespace, rnd: random.Random,
+          log: Log) -> None:
+    holder = Holder(intent["dag_id"], intent["task_id"], intent["run_id"], intent["try_number"])
+    request = LeaseRequest.create(
+        intent["table"], intent["operation"], intent["profile"], intent["footprint"],
+        whole_table=intent["footprint"] is None, holder=holder, ttl=args.ttl, queue_ttl=60,
+    )
+    write_intent(args.intent, intent)
+    lease = acquire(store, request, args.stop, rnd)
+    if lease is not None:
+        hold_and_commit(store, lease, intent, args, rnd, log)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("url")
+    parser.add_argument("worker", type=int)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--log", type=Path, required=True)
+    parser.add_argument("--intent", type=Path, required=True)
+    parser.add_argument("--stop", type=Path, required=True)
+    parser.add_argument("--ttl", type=float, default=3.0)
+    parser.add_argument("--hold-max", type=float, default=0.6)
+    parser.add_argument("--retry", action="store_true", help="first ask again for --intent as the next try")
+    parser.add_argument("--unfenced", action="store_true", help="commit without ensure_live (as before fencing)")
+    args = parser.parse_args()
+    rnd = random.Random(args.seed)
+    store = LeaseStore.from_url(args.url, history=True, create=False)
+    log = Log(args.log)
+    first = 0
+    if args.retry:
+        intent = json.loads(args.intent.read_text())
+        intent["try_number"] += 1
+        first = int(intent["run_id"][1:]) + 1
+        cycle(store, intent, args, rnd, log)
+    number = first
+    while not args.stop.exists():
+        cycle(store, random_intent(rnd, args.worker, number), args, rnd, log)
+        number += 1
+    store.dispose()
+
+
+if __name__ == "__main__":
+    main()
