@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -15,6 +17,21 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = Path(os.environ.get("OCCFLOW_SPECS_DIR", REPO.parent / "shared" / "specs"))
+
+
+def _point_airflow_at_the_test_home() -> None:
+    """Airflow fixes its configuration when first imported, and a test folder collected before
+    tests/airflow (tests/adversarial, say) may import it: apply tests/airflow/conftest.py's
+    environment now, with the home shared through OCCFLOW_TEST_AIRFLOW_HOME so both loads agree."""
+    os.environ.setdefault("OCCFLOW_TEST_AIRFLOW_HOME", tempfile.mkdtemp(prefix="occflow-airflow-"))
+    spec = importlib.util.spec_from_file_location("_occflow_airflow_env", REPO / "tests" / "airflow" / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+
+
+_point_airflow_at_the_test_home()
 
 
 @pytest.fixture(scope="session")

@@ -118,9 +118,42 @@ def test_postgres_catalog_needs_its_debian_jdbc_driver(monkeypatch: pytest.Monke
 
 
 def test_in_memory_sqlite_catalog_is_refused_because_drivers_cannot_share_it(tmp_path: Path) -> None:
-    cat = IcebergCatalogConfig(uri="jdbc:sqlite::memory:", warehouse=str(tmp_path))
+    # Refused when the catalog settings are made, before any driver could prepare() it.
     with pytest.raises(SparkConfigError, match="in-memory SQLite"):
-        cat.prepare()
+        IcebergCatalogConfig(uri="jdbc:sqlite::memory:", warehouse=str(tmp_path)).prepare()
+    with pytest.raises(SparkConfigError, match="catalog: uri 'jdbc:sqlite::memory:': an in-memory SQLite"):
+        SparkConfig.from_dict({"catalog": {"uri": "jdbc:sqlite::memory:"}})
+
+
+def test_every_bad_field_is_one_line_naming_the_field_the_value_and_what_is_allowed() -> None:
+    with pytest.raises(SparkConfigError) as err:
+        SparkConfig.from_dict(
+            {"master": "", "tabel_format": "delta", "conf": {"spark.x": [1]}, "catalog": {"isolation": "none"}}
+        )
+    assert str(err.value).splitlines() == [
+        "invalid Spark config:",
+        "  unknown Spark config keys ['tabel_format']; known keys: master, remote, app_name, table_format, conf, "
+        "catalog, jars, home",
+        "  master must be a Spark master URL such as 'local[2]', got ''",
+        "  conf['spark.x'] must be a string, number or boolean, got [1]",
+        "  catalog: isolation must be one of serializable, snapshot, got 'none'",
+    ]
+    assert len(err.value.problems) == 4
+
+
+def test_settings_are_read_only_and_coerced_to_spark_text(tmp_path: Path) -> None:
+    cfg = SparkConfig(home=tmp_path, conf={"spark.a": 1, "spark.b": True}, jars="a.jar, b.jar")
+    assert cfg.home == str(tmp_path)
+    assert dict(cfg.conf) == {"spark.a": "1", "spark.b": "true"}
+    assert cfg.jars == ("a.jar", "b.jar")
+    with pytest.raises(TypeError):
+        cfg.conf["spark.a"] = "2"  # type: ignore[index]
+    with pytest.raises(ValueError, match="frozen"):
+        cfg.master = "local[1]"  # type: ignore[misc]
+    with pytest.raises(SparkConfigError, match="cache_enabled must be true or false, got 'yes'"):
+        IcebergCatalogConfig(cache_enabled="yes")  # type: ignore[arg-type]
+    with pytest.raises(SparkConfigError, match=r"needs properties\['catalog-impl'\]"):
+        IcebergCatalogConfig(type="custom")
 
 
 @pytest.mark.parametrize(

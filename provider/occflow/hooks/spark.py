@@ -21,7 +21,7 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from ..engines.deltars.location import table_location
-from ..engines.spark import SparkConfig
+from ..engines.spark import SparkConfig, SparkConfigError
 
 DEFAULT_CONN_ID = "occflow_spark_default"
 CONN_TYPE = "occflow_spark"
@@ -95,4 +95,7 @@ class OccflowSparkHook(BaseHook):
             if self.conn_id == DEFAULT_CONN_ID:
                 return SparkConfig().to_dict()
             raise
-        return config_from_connection(conn.host, conn.extra_dejson or {})
+        try:
+            return config_from_connection(conn.host, conn.extra_dejson or {})
+        except SparkConfigError as exc:  # say which connection's extras (or host) to mend
+            raise SparkConfigError(f"connection {self.conn_id!r} (host or extras): {exc}", exc.problems) from None

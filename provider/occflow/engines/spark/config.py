@@ -5,25 +5,41 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
+
+from pydantic import Field, ValidationInfo, field_validator
 
 from .delta_spark import DeltaFormat
 from .formats import NoConflictDetectionWarning, PlainFormat, TableFormat
 from .iceberg import IcebergFormat
-from .settings import SparkConfigError, str_mapping, str_tuple
+from .iceberg_catalog import IcebergCatalogConfig
+from .settings import (
+    PathText,
+    ReadOnlyMapping,
+    SparkConfigError,
+    SparkSettings,
+    SparkValues,
+    StrList,
+    no_settings,
+)
 
 TABLE_FORMATS = ("iceberg", "delta", "parquet", "hive")
 #: Spark's built-in catalog: where ``db.table`` resolves unless ``spark.sql.defaultCatalog`` says otherwise.
 SESSION_CATALOG = "spark_catalog"
+_SPARK_CONNECT_URL = re.compile(r"^sc://[^/\s]+")
 
-__all__ = ["SESSION_CATALOG", "TABLE_FORMATS", "NoConflictDetectionWarning", "SparkConfig", "SparkConfigError", "table_format_for"]
+__all__ = [
+    "SESSION_CATALOG",
+    "TABLE_FORMATS",
+    "NoConflictDetectionWarning",
+    "SparkConfig",
+    "SparkConfigError",
+    "table_format_for",
+]
 
 
-@dataclass(frozen=True)
-class SparkConfig:
+class SparkConfig(SparkSettings):
     """Where and how write jobs run: master or Spark Connect URL, conf, table format, catalog.
 
     ``catalog`` holds the table format's catalog settings (for Iceberg see
@@ -31,32 +47,45 @@ class SparkConfig:
     its warehouse and catalog database (``$OCCFLOW_HOME`` or ``~/.occflow``).
     """
 
+    settings_name = "Spark config"
+
     master: str = "local[2]"
     remote: str | None = None
     app_name: str = "occflow"
     table_format: str = "iceberg"
-    conf: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    catalog: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-    jars: tuple[str, ...] = ()
-    home: str | None = None
+    conf: SparkValues = Field(default_factory=no_settings)
+    catalog: ReadOnlyMapping = Field(default_factory=no_settings)
+    jars: StrList = ()
+    home: PathText | None = None
 
-    def __post_init__(self) -> None:
-        if self.table_format not in TABLE_FORMATS:
-            raise SparkConfigError(
-                f"unknown table_format {self.table_format!r}; known formats: {', '.join(TABLE_FORMATS)}"
-            )
-        if not isinstance(self.master, str) or not self.master:
-            raise SparkConfigError(f"master must be a Spark master URL such as 'local[2]', got {self.master!r}")
-        if self.remote is not None and not re.match(r"^sc://[^/\s]+", str(self.remote)):
-            raise SparkConfigError(f"remote must be a Spark Connect URL 'sc://host:port', got {self.remote!r}")
-        object.__setattr__(self, "conf", str_mapping(self.conf, "conf"))
-        if not isinstance(self.catalog, Mapping):
-            raise SparkConfigError(f"catalog must be a mapping, got {type(self.catalog).__name__}")
-        object.__setattr__(self, "catalog", MappingProxyType(dict(self.catalog)))
-        object.__setattr__(self, "jars", str_tuple(self.jars, "jars"))
-        self.table_format_spec()  # validates the catalog settings now, not at the first job
+    @field_validator("master")
+    @classmethod
+    def _master_url(cls, value: str) -> str:
+        if not value:
+            raise ValueError(f"master must be a Spark master URL such as 'local[2]', got {value!r}")
+        return value
 
-    _KEYS = ("master", "remote", "app_name", "table_format", "conf", "catalog", "jars", "home")
+    @field_validator("remote")
+    @classmethod
+    def _connect_url(cls, value: str | None) -> str | None:
+        if value is not None and not _SPARK_CONNECT_URL.match(value):
+            raise ValueError(f"remote must be a Spark Connect URL 'sc://host:port', got {value!r}")
+        return value
+
+    @field_validator("table_format")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        if value not in TABLE_FORMATS:
+            raise ValueError(f"unknown table_format {value!r}; known formats: {', '.join(TABLE_FORMATS)}")
+        return value
+
+    @field_validator("catalog")
+    @classmethod
+    def _catalog_of_format(cls, value: Mapping[str, Any], info: ValidationInfo) -> Mapping[str, Any]:
+        # Checked now, not at the first job; skipped when the table format itself is bad.
+        if "table_format" in info.data:
+            _check_catalog(info.data["table_format"], value)
+        return value
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> SparkConfig:
@@ -65,28 +94,12 @@ class SparkConfig:
             return cls()
         if not isinstance(data, Mapping):
             raise SparkConfigError(f"Spark config must be a mapping, got {type(data).__name__}")
-        unknown = sorted(set(data) - set(cls._KEYS))
-        if unknown:
-            raise SparkConfigError(
-                f"unknown Spark config keys {unknown}; known keys: {', '.join(cls._KEYS)}"
-            )
-        kwargs = {k: v for k, v in data.items() if v is not None or k == "remote"}
-        for key in ("master", "app_name", "table_format", "home"):
-            if key in kwargs and not isinstance(kwargs[key], str):
-                raise SparkConfigError(f"{key} must be a string, got {kwargs[key]!r}")
-        return cls(**kwargs)
+        # A key given as null takes its default (connection extras spell "not set" that way).
+        return cls(**{k: v for k, v in data.items() if v is not None or k not in cls.model_fields})
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "master": self.master,
-            "remote": self.remote,
-            "app_name": self.app_name,
-            "table_format": self.table_format,
-            "conf": dict(self.conf),
-            "catalog": dict(self.catalog),
-            "jars": list(self.jars),
-            "home": self.home,
-        }
+        """Plain JSON types: what ``from_dict`` reads back (the spark-submit driver's ``--config``)."""
+        return self.model_dump(mode="json")
 
     @property
     def home_dir(self) -> Path:
@@ -126,12 +139,20 @@ class SparkConfig:
         return out
 
 
+def _check_catalog(table_format: str, catalog: Mapping[str, Any]) -> None:
+    """Raise ``SparkConfigError`` if ``catalog`` is not the settings ``table_format`` takes."""
+    if table_format == "iceberg":
+        IcebergCatalogConfig.from_dict(catalog)
+    elif table_format == "delta":
+        DeltaFormat.from_catalog(catalog)
+    elif catalog:
+        raise SparkConfigError(f"table_format {table_format!r} takes no catalog settings")
+
+
 def table_format_for(config: SparkConfig) -> TableFormat:
-    """The table format ``config`` names, with its catalog settings validated."""
+    """The table format ``config`` names (its catalog settings were checked when it was made)."""
     if config.table_format == "iceberg":
         return IcebergFormat.from_catalog(config.catalog, config.home_dir)
     if config.table_format == "delta":
         return DeltaFormat.from_catalog(config.catalog)
-    if config.catalog:
-        raise SparkConfigError(f"table_format {config.table_format!r} takes no catalog settings")
     return PlainFormat(name=config.table_format)

@@ -17,12 +17,12 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
-from .settings import SparkConfigError, str_mapping
+from pydantic import Field, StrictBool, field_validator, model_validator
+
+from .settings import PathText, SparkConfigError, SparkSettings, SparkValues, no_settings
 
 RUNTIME_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
@@ -76,8 +76,7 @@ def jdbc_driver_jar(uri: str) -> str | None:
     )
 
 
-@dataclass(frozen=True)
-class IcebergCatalogConfig:
+class IcebergCatalogConfig(SparkSettings):
     """The Iceberg catalog the session registers as ``spark.sql.catalog.<name>``.
 
     ``commit_retries`` becomes the catalog's default for ``commit.retry.num-retries`` of the
@@ -86,52 +85,66 @@ class IcebergCatalogConfig:
     is off by default: a cached table does not see commits made by other drivers until it expires.
     """
 
+    settings_name = "Iceberg catalog"
+
     name: str = "lake"
     type: str = "jdbc"
     uri: str | None = None
-    warehouse: str | None = None
+    warehouse: PathText | None = None
     commit_retries: int | None = None
     isolation: str | None = None
-    cache_enabled: bool = False
+    cache_enabled: StrictBool = False
     busy_timeout_ms: int = 60000
-    properties: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    properties: SparkValues = Field(default_factory=no_settings)
 
-    _KEYS = (
-        "name",
-        "type",
-        "uri",
-        "warehouse",
-        "commit_retries",
-        "isolation",
-        "cache_enabled",
-        "busy_timeout_ms",
-        "properties",
-    )
+    @field_validator("name")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        if not value.isidentifier():
+            raise ValueError(f"Iceberg catalog name must be an identifier, got {value!r}")
+        return value
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name.isidentifier():
-            raise SparkConfigError(f"Iceberg catalog name must be an identifier, got {self.name!r}")
-        if self.type not in CATALOG_TYPES:
-            raise SparkConfigError(f"unknown Iceberg catalog type {self.type!r}; known: {', '.join(CATALOG_TYPES)}")
-        if self.commit_retries is not None and (
-            isinstance(self.commit_retries, bool) or not isinstance(self.commit_retries, int) or self.commit_retries < 0
-        ):
-            raise SparkConfigError(f"commit_retries must be an integer >= 0, got {self.commit_retries!r}")
-        if self.isolation is not None and self.isolation not in ISOLATION_LEVELS:
-            raise SparkConfigError(f"isolation must be one of {', '.join(ISOLATION_LEVELS)}, got {self.isolation!r}")
-        if not isinstance(self.cache_enabled, bool):
-            raise SparkConfigError(f"cache_enabled must be true or false, got {self.cache_enabled!r}")
+    @field_validator("type")
+    @classmethod
+    def _known_type(cls, value: str) -> str:
+        if value not in CATALOG_TYPES:
+            raise ValueError(f"unknown Iceberg catalog type {value!r}; known: {', '.join(CATALOG_TYPES)}")
+        return value
+
+    @field_validator("uri")
+    @classmethod
+    def _shared_uri(cls, value: str | None) -> str | None:
+        if value is not None and _in_memory_sqlite(value):
+            raise ValueError(
+                f"uri {value!r}: an in-memory SQLite catalog cannot be shared by drivers; give a file path"
+            )
+        return value
+
+    @field_validator("commit_retries", mode="before")
+    @classmethod
+    def _retry_count(cls, value: object) -> object:
+        # Strictly a whole number: True or "3" in a connection's extras is a mistake, not a count.
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ValueError(f"commit_retries must be an integer >= 0, got {value!r}")
+        return value
+
+    @field_validator("isolation")
+    @classmethod
+    def _known_isolation(cls, value: str | None) -> str | None:
+        if value is not None and value not in ISOLATION_LEVELS:
+            raise ValueError(f"isolation must be one of {', '.join(ISOLATION_LEVELS)}, got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _custom_has_impl(self) -> IcebergCatalogConfig:
         if self.type == "custom" and "catalog-impl" not in self.properties:
-            raise SparkConfigError("a custom Iceberg catalog needs properties['catalog-impl']")
-        if self.uri is not None and not isinstance(self.uri, str):
-            raise SparkConfigError(f"uri must be a string, got {self.uri!r}")
-        object.__setattr__(self, "properties", str_mapping(self.properties, "catalog.properties"))
+            raise ValueError(
+                "a custom Iceberg catalog needs properties['catalog-impl'] (the catalog's class)"
+            )
+        return self
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> IcebergCatalogConfig:
-        unknown = sorted(set(data) - set(cls._KEYS))
-        if unknown:
-            raise SparkConfigError(f"unknown Iceberg catalog keys {unknown}; known keys: {', '.join(cls._KEYS)}")
         return cls(**dict(data))
 
     def resolved(self, home: Path) -> IcebergCatalogConfig:
@@ -142,21 +155,14 @@ class IcebergCatalogConfig:
             uri = f"jdbc:sqlite:{home / 'iceberg_catalog.db'}"
         if warehouse is None and self.type in ("jdbc", "hadoop"):
             warehouse = str(home / "warehouse")
-        return IcebergCatalogConfig(
-            name=self.name,
-            type=self.type,
-            uri=uri,
-            warehouse=warehouse,
-            commit_retries=self.commit_retries,
-            isolation=self.isolation,
-            cache_enabled=self.cache_enabled,
-            busy_timeout_ms=self.busy_timeout_ms,
-            properties=self.properties,
-        )
+        return self.model_copy(update={"uri": uri, "warehouse": warehouse})
 
     def spark_conf(self) -> dict[str, str]:
         prefix = f"spark.sql.catalog.{self.name}"
-        out = {prefix: "org.apache.iceberg.spark.SparkCatalog", f"{prefix}.cache-enabled": str(self.cache_enabled).lower()}
+        out = {
+            prefix: "org.apache.iceberg.spark.SparkCatalog",
+            f"{prefix}.cache-enabled": str(self.cache_enabled).lower(),
+        }
         if self.type == "jdbc":
             out[f"{prefix}.catalog-impl"] = "org.apache.iceberg.jdbc.JdbcCatalog"
         elif self.type != "custom":
@@ -190,14 +196,20 @@ class IcebergCatalogConfig:
         if self.warehouse and "://" not in self.warehouse:
             Path(self.warehouse).mkdir(parents=True, exist_ok=True)
         if self.is_sqlite and self.uri:
-            _bootstrap_sqlite(self.uri[len("jdbc:sqlite:") :].split("?", 1)[0])
+            _bootstrap_sqlite(_sqlite_path(self.uri))
+
+
+def _sqlite_path(uri: str) -> str:
+    return uri[len("jdbc:sqlite:") :].split("?", 1)[0]
+
+
+def _in_memory_sqlite(uri: str) -> bool:
+    path = _sqlite_path(uri)
+    return uri.startswith("jdbc:sqlite:") and (path in ("", ":memory:") or path.startswith("file::memory"))
 
 
 def _bootstrap_sqlite(path: str) -> None:
-    if path in ("", ":memory:") or path.startswith("file::memory"):
-        raise SparkConfigError("an in-memory SQLite catalog cannot be shared by drivers; give a file path")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with sqlite3.connect(path, timeout=60) as conn:
         for ddl in _SQLITE_TABLES:
             conn.execute(ddl)
-

@@ -6,12 +6,17 @@ is, whether admission, the linter or Spark reads it.
 
 from __future__ import annotations
 
+from ...core.errors import InvalidDeclarationError
 from ...core.identifiers import unquoted_parts
 
 
 def split_table(table: str) -> list[str]:
-    """The parts of ``catalog.db.table``, back-quotes removed; anything else is an error."""
-    return list(unquoted_parts(table))
+    """The parts of ``catalog.db.table``, back-quotes removed; anything else is an error
+    (core's reason, worded as the Spark engine has always worded it)."""
+    try:
+        return list(unquoted_parts(table))
+    except InvalidDeclarationError as exc:
+        raise InvalidDeclarationError(f"bad table identifier {table!r}: {exc}") from exc
 
 
 def quote_table(table: str) -> str:

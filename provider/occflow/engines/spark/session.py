@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -31,6 +31,7 @@ from .settings import SparkConfigError
 _session_lock = threading.Lock()
 # Settings fixed when the JVM starts: a running session with other values cannot serve the job.
 _STATIC_KEYS = ("spark.sql.extensions", "spark.jars")
+_ADVICE = "stop that session first, or run the job through spark-submit (occflow.engines.spark.submit)"
 
 
 class SparkEngine:
@@ -66,16 +67,10 @@ class SparkEngine:
             for key, value in conf.items():
                 builder = builder.config(key, value)
             spark = builder.getOrCreate()
-            running = spark.sparkContext.getConf()
-            for key in _STATIC_KEYS:
-                want = conf.get(key)
-                have = running.get(key, None)
-                if want is not None and have != want:
-                    raise SparkConfigError(
-                        f"a Spark session with other settings already runs in this process: {key} is "
-                        f"{have!r} but this config needs {want!r}; stop that session first or run the "
-                        "job through spark-submit (occflow.engines.spark.submit)"
-                    )
+            # getOrCreate hands back a running session as it is: its jars and extensions must be ours.
+            _refuse_other_settings(
+                spark.sparkContext.getConf(), conf, _STATIC_KEYS, unset_differs=True, advice=_ADVICE
+            )
             self._spark = spark
             return spark
 
@@ -194,16 +189,25 @@ def _check_running_context(conf: Mapping[str, str]) -> None:
     running = SparkContext._active_spark_context
     if running is None:
         return
-    have = running.getConf()
-    for key, want in conf.items():
-        if key in _STATIC_KEYS or key.startswith("spark.sql.catalog."):
-            got = have.get(key, None)
-            if got is not None and got != want:
-                raise SparkConfigError(
-                    f"a Spark session with other settings already runs in this process: {key} is "
-                    f"{got!r} but this config needs {want!r}; use the same config (home, catalog), "
-                    "stop that session first, or run the job through spark-submit (occflow.engines.spark.submit)"
-                )
+    keys = [key for key in conf if key in _STATIC_KEYS or key.startswith("spark.sql.catalog.")]
+    # A setting the running context lacks is not in the way: a catalog registers on first use.
+    advice = f"use the same config (home, catalog), {_ADVICE}"
+    _refuse_other_settings(running.getConf(), conf, keys, unset_differs=False, advice=advice)
+
+
+def _refuse_other_settings(
+    running: Any, conf: Mapping[str, str], keys: Iterable[str], *, unset_differs: bool, advice: str
+) -> None:
+    """Raise ``SparkConfigError`` naming the first of ``keys`` whose value in the running context's
+    conf (``running``) is not the one ``conf`` needs; an unset value differs if ``unset_differs``."""
+    for key in keys:
+        want, got = conf.get(key), running.get(key, None)
+        if want is None or got == want or (got is None and not unset_differs):
+            continue
+        raise SparkConfigError(
+            f"a Spark session with other settings already runs in this process: {key} is "
+            f"{got!r} but this config needs {want!r}; {advice}"
+        )
 
 
 def _stopped(spark: Any) -> bool:
