@@ -12,7 +12,8 @@ takeovers it counts conflicting commits whose leases were live together (from gr
 and commits made after their own lease had lapsed. Both must be zero.
 
 ``OCCFLOW_ADVERSARIAL_WORKER_PYTHONPATH`` runs the workers on another occflow tree (e.g. one
-from before fenced leases, to see this suite fail there).
+from before fenced leases, to see this suite fail there); ``OCCFLOW_ADVERSARIAL_UNFENCED=1``
+has them commit without ``ensure_live`` (to see what the check is worth on its own).
 """
 
 from __future__ import annotations
@@ -81,8 +82,8 @@ def lease_windows(events: list[dict[str, Any]]) -> dict[str, tuple[float, float]
 @dataclass
 class Findings:
     conflicting_live: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
-    # Of those, the pairs where b was granted while a's lease was still live (an admission
-    # error); the rest are a's commit after its own lease had lapsed.
+    # Of those, the pairs whose later lease was granted while the earlier was still live (an
+    # admission error); in the rest, one of the two committed after its lease had lapsed.
     granted_over_live: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
     after_lapse: list[dict[str, Any]] = field(default_factory=list)
     fence_inversions: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
@@ -103,11 +104,11 @@ def check(commits: list[dict[str, Any]], events: list[dict[str, Any]]) -> Findin
             continue
         if not get_profile(a["profile"]).conflicts(a["operation"], b["operation"]):
             continue
-        granted_b = windows[b["lease_id"]][0]
-        if granted_b < a["t_commit"] - SLACK:  # b's lease was live before a committed
+        if windows[b["lease_id"]][0] < a["t_commit"] - SLACK:  # b's lease was live before a committed
             found.conflicting_live.append((a, b))
-            if granted_b < windows[a["lease_id"]][1] - SLACK:
-                found.granted_over_live.append((a, b))  # the store granted b over a's live lease
+            first, second = sorted((windows[a["lease_id"]], windows[b["lease_id"]]))
+            if second[0] < first[1] - SLACK:  # the store granted the second over the first's live lease
+                found.granted_over_live.append((a, b))
         if a["fence"] is not None and b["fence"] is not None and b["fence"] <= a["fence"]:
             found.fence_inversions.append((a, b))
     return found
@@ -140,7 +141,11 @@ class Run:
             "--intent", str(self.directory / f"intent-{worker}.json"), "--stop", str(self.stop_file),
             "--ttl", str(TTL),
         ]
-        self.workers[worker] = subprocess.Popen([*command, *(["--retry"] if retry else [])], env=self.env)
+        if retry:
+            command.append("--retry")
+        if os.environ.get("OCCFLOW_ADVERSARIAL_UNFENCED") == "1":
+            command.append("--unfenced")
+        self.workers[worker] = subprocess.Popen(command, env=self.env)
 
     def holders(self, store: LeaseStore) -> list[int]:
         """Workers that hold a live lease now."""
