@@ -20,9 +20,10 @@ from typing import Any
 
 import pendulum
 
-from ..core.declaration import WriteDeclaration, partition_key, validate_table_identifier
+from ..core.declaration import WriteDeclaration, partition_key
 from ..core.errors import InvalidDeclarationError, InvalidFootprintError, OccflowError
 from ..core.footprint import footprints_overlap, parse_partition_key
+from ..core.identifiers import canonical_table
 from ..core.operations import Operation
 from ..core.profiles import Profile, get_profile
 
@@ -190,8 +191,9 @@ class LeaseRequest:
         queue_ttl: float = 120.0,
         request_id: str | None = None,
     ) -> LeaseRequest:
-        """Validate table, profile, operation and footprint; errors say what would be right."""
-        validate_table_identifier(table)
+        """Validate table, profile, operation and footprint; errors say what would be right.
+        The table is kept as its canonical identity (``core.identifiers.canonical_table``)."""
+        table = canonical_table(table)
         prof = get_profile(profile)
         op = prof.operation(operation)
         if whole_table and partitions is not None:
@@ -221,11 +223,17 @@ class LeaseRequest:
     def from_declaration(
         cls, declaration: WriteDeclaration, holder: Holder | None = None, **kwargs: Any
     ) -> LeaseRequest:
+        """The lease a declared write asks for. Admission keeps apart what the engine really
+        does: the engine's own profile (``engine_profile``, e.g. ``delta-rs`` under a
+        ``DeltaWriteOperator`` that declares the Databricks matrix) when the declaration names
+        one, so a pair that corrupts data on that engine is refused whatever profile the DAG
+        chose; the declared profile still drives the retry policy. The table is its canonical
+        identity, so every spelling of one table meets the same leases."""
         keys = declaration.partition_keys()
         return cls.create(
-            declaration.table,
+            declaration.table_key,
             declaration.operation,
-            declaration.profile,
+            declaration.engine_profile or declaration.profile,
             partitions=keys,
             whole_table=keys is None,
             holder=holder,
