@@ -143,7 +143,7 @@ def test_driver_that_dies_without_an_outcome_is_a_failed_outcome_not_a_conflict(
     outcome = job.wait(timeout=DRIVER_TIMEOUT)
     assert not outcome.committed
     assert outcome.error is not None
-    assert outcome.error.exception_class == "occflow.engines.submit.DriverExited"
+    assert outcome.error.exception_class == "occflow.engines.spark.submit.DriverExited"
     assert outcome.classification is not None
     assert outcome.classification.kind is ConflictKind.NOT_A_CONFLICT
 

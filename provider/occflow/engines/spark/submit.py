@@ -261,7 +261,7 @@ class SubmittedJob:
     def _no_outcome(self) -> WriteOutcome:
         tail = self.log_tail()
         message = f"driver pid {self.pid} exited without writing an outcome to {self.outcome_path}"
-        error = ErrorInfo(exception_class="occflow.engines.submit.DriverExited", messages=(message, tail))
+        error = ErrorInfo(exception_class="occflow.engines.spark.submit.DriverExited", messages=(message, tail))
         return WriteOutcome(
             engine="spark-submit",
             table=self.table,
