@@ -197,7 +197,7 @@ def run_policy(
                                   action.value)
                 )
                 if action is Action.RETRY:
-                    time.sleep(delay)  # tenacity sleeps in the task: slot and lease stay held
+                    time.sleep(delay)  # the retry loop sleeps in the task: slot and lease stay held
                     continue
                 if lease is not None and store is not None:
                     store.release(lease)

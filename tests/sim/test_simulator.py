@@ -141,7 +141,7 @@ def test_occflow_retry_skips_a_compaction_that_lost_to_a_writer() -> None:
 
 def test_occflow_retry_backs_off_inside_the_slot() -> None:
     # Four merges on one partition at once: the losers retry in the task after a short backoff,
-    # holding their slot meanwhile (tenacity sleeps in the worker).
+    # holding their slot meanwhile (the retry loop sleeps in the worker).
     jobs = [{"name": "m", "table": "t", "operation": "merge", "partitions": ["p000"], "duration": 30,
              "count": 4}]
     run = simulate(workload(jobs), "occflow-retry", seed=5)

@@ -182,7 +182,7 @@ class _Simulation:
                 Attempt(index, number, start, self.now, False, conflict.kind.value, decision.action.value)
             )
             if decision.action is Action.RETRY:
-                # tenacity sleeps inside the task: the slot and the lease stay held.
+                # the operator's retry loop sleeps inside the task: the slot and the lease stay held.
                 self.held += decision.delay_seconds
                 self.push(self.now + decision.delay_seconds, _RESUME, index)
                 return
