@@ -160,9 +160,21 @@ def _pid_alive(pid: int, marker: str) -> bool:
             text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             return False
+        if not text.strip():
+            # Empty while the process execs (spark-submit's bash becoming the JVM) and once it is
+            # a zombie: only the zombie has exited.
+            return not _is_zombie(pid)
         # A recycled pid running something else is not our driver.
         return marker in text
     return True
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # gone between the two reads
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]
 
 
 @dataclass(frozen=True)
