@@ -20,6 +20,11 @@ class Operation(str, enum.Enum):
     MAJOR_COMPACT = "major_compact"
     OPTIMIZE = "optimize"
     ALTER_METADATA = "alter_metadata"
+    # Delta's REORG TABLE ... APPLY (UPGRADE ...): a protocol change, conflicts with every
+    # ongoing operation (spec 004), unlike REORG ... APPLY (PURGE), which rewrites like OPTIMIZE.
+    UPGRADE_PROTOCOL = "upgrade_protocol"
+    # MaxCompute's clustering: reorganises the layout, no new time version (specs 001, 002).
+    CLUSTERING = "clustering"
 
     @property
     def changes_data(self) -> bool:
@@ -41,7 +46,13 @@ class Operation(str, enum.Enum):
 
 
 _LAYOUT_ONLY = frozenset(
-    {Operation.SMALL_FILE_MERGE, Operation.MINOR_COMPACT, Operation.MAJOR_COMPACT, Operation.OPTIMIZE}
+    {
+        Operation.SMALL_FILE_MERGE,
+        Operation.MINOR_COMPACT,
+        Operation.MAJOR_COMPACT,
+        Operation.OPTIMIZE,
+        Operation.CLUSTERING,
+    }
 )
 _READ_MODIFY_WRITE = frozenset(
     {
@@ -54,6 +65,7 @@ _READ_MODIFY_WRITE = frozenset(
         Operation.MINOR_COMPACT,
         Operation.MAJOR_COMPACT,
         Operation.OPTIMIZE,
+        Operation.CLUSTERING,
     }
 )
 
@@ -73,6 +85,7 @@ _SQL_SPELLINGS: tuple[tuple[str, Operation], ...] = (
     (r"merge\s+smallfiles\b", Operation.SMALL_FILE_MERGE),
     (r"small\s+file\s+merge\b", Operation.SMALL_FILE_MERGE),
     (r"optimize\b", Operation.OPTIMIZE),
+    (r"reorg\s+table\s+\S+\s+apply\s*\(\s*upgrade\b", Operation.UPGRADE_PROTOCOL),
     (r"reorg\s+table\b", Operation.OPTIMIZE),
     (r"rewrite\s+data\s+files\b", Operation.OPTIMIZE),
     (r"call\s+[\w.`]*rewrite_data_files\b", Operation.OPTIMIZE),
@@ -108,7 +121,8 @@ def known_spellings() -> list[str]:
         "ALTER TABLE ... COMPACT MINOR",
         "ALTER TABLE ... COMPACT MAJOR",
         "OPTIMIZE",
-        "REORG TABLE",
+        "REORG TABLE ... APPLY (PURGE)",
+        "REORG TABLE ... APPLY (UPGRADE ...)",
         "CALL ...rewrite_data_files",
         "ALTER TABLE ... ADD/DROP/RENAME/SET ...",
     ]
