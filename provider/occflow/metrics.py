@@ -16,6 +16,7 @@ name                                   type     one per
 ``occflow.wasted_seconds.<table>``     counter  seconds spent in attempts that were thrown away
 ``occflow.wasted.<table>``             timer    the same, as a distribution (one value per write)
 ``occflow.committed.<table>``          counter  committed write
+``occflow.footprint_exceeded.<table>`` counter  committed write that touched more than it declared
 =====================================  =======  ====================================================
 """
 
@@ -95,12 +96,18 @@ def record_committed(table: str, **tags: Any) -> None:
     _stats().incr(f"{PREFIX}.committed.{stat_part(table)}", tags=_tags(table, None, tags))
 
 
+def record_footprint_exceeded(table: str, **tags: Any) -> None:
+    """A committed write whose commit touched partitions (or read the table) beyond its
+    declaration (``core.observed.excess``)."""
+    _stats().incr(f"{PREFIX}.footprint_exceeded.{stat_part(table)}", tags=_tags(table, None, tags))
+
+
 def record_report(report: Mapping[str, Any]) -> None:
     """Everything in a write report (the XCom payload of occflow's write operators).
 
     ``conflicts``: one entry per lost attempt (``kind``); ``decisions``: one per policy decision
     (``kind``, ``action``, ``delay_seconds``, ``reason``, ``attempt``); ``wasted_seconds``; and
-    ``committed``.
+    ``committed``; ``footprint_exceeded`` (set when the commit touched more than declared).
     """
     table = str(report["table"])
     tags = {"operation": report.get("operation"), "profile": report.get("profile")}
@@ -118,6 +125,8 @@ def record_report(report: Mapping[str, Any]) -> None:
     record_wasted(table, float(report.get("wasted_seconds") or 0.0), **tags)
     if report.get("committed"):
         record_committed(table, **tags)
+    if report.get("footprint_exceeded"):
+        record_footprint_exceeded(table, **tags)
 
 
 __all__ = [
@@ -125,6 +134,7 @@ __all__ = [
     "record_committed",
     "record_conflict",
     "record_decision",
+    "record_footprint_exceeded",
     "record_report",
     "record_wasted",
     "stat_part",

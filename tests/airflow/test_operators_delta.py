@@ -74,6 +74,9 @@ with DAG("delta_merge_race", schedule=None, start_date=pendulum.datetime(2024, 1
     assert report["committed"] is True
     assert report["attempts"] == 2
     assert [c["kind"] for c in report["conflicts"]] == ["concurrent_append"]
+    # The winner is named: the competitor's append, version 1 in the log.
+    winner = report["conflicts"][0]["winning_commit"]
+    assert winner["version"] == 1 and winner["operation"] == "WRITE"
     assert report["decisions"][0]["action"] == "retry"
     assert report["wasted_seconds"] > 0
     # create = v0, competitor append = v1, the retried merge = v2

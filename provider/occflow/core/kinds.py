@@ -7,6 +7,7 @@ next to it, so the CLI, the alerts and the docs all say the same thing.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,13 +131,38 @@ _TEXT: dict[ConflictKind, tuple[str, str]] = {
 
 @dataclass(frozen=True)
 class WinningCommit:
-    """The commit that won, as far as the engine or the reference engine lets us know it."""
+    """The commit that won, as far as the engine or the reference engine lets us know it.
+
+    ``dag_id`` / ``task_id`` / ``run_id`` / ``try_number`` name the Airflow try that made it when
+    the commit carries occflow's tag (``tagged``); ``others`` are the other commits (versions, or
+    snapshot ids on Iceberg) that landed since the losing attempt read the table, and ``basis``
+    says how the winner was picked among them.
+    """
 
     version: int | None = None
     operation: str | None = None
     timestamp: str | None = None
     snapshot_id: int | None = None
     tag: dict[str, str] = field(default_factory=dict)
+    dag_id: str | None = None
+    task_id: str | None = None
+    run_id: str | None = None
+    try_number: int | None = None
+    tagged: bool = False
+    others: tuple[int, ...] = ()
+    basis: str | None = None
+
+    @property
+    def writer(self) -> str | None:
+        """``dag.task run R try N`` when the commit carries occflow's tag, else ``None``."""
+        if not self.tagged or self.dag_id is None or self.task_id is None:
+            return None
+        text = f"{self.dag_id}.{self.task_id}"
+        if self.run_id is not None:
+            text += f" run {self.run_id}"
+        if self.try_number is not None:
+            text += f" try {self.try_number}"
+        return text
 
     def describe(self) -> str:
         parts = []
@@ -148,7 +174,51 @@ class WinningCommit:
             parts.append(f"operation {self.operation}")
         if self.timestamp:
             parts.append(f"at {self.timestamp}")
+        if self.writer is not None:
+            parts.append(f"by {self.writer}")
+        if self.others:
+            parts.append("also committed since the read: " + ", ".join(str(o) for o in self.others))
         return ", ".join(parts) if parts else "unknown"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (XCom): every field, ``others`` as a list."""
+        return {
+            "version": self.version,
+            "snapshot_id": self.snapshot_id,
+            "operation": self.operation,
+            "timestamp": self.timestamp,
+            "tag": dict(self.tag),
+            "dag_id": self.dag_id,
+            "task_id": self.task_id,
+            "run_id": self.run_id,
+            "try_number": self.try_number,
+            "tagged": self.tagged,
+            "others": list(self.others),
+            "basis": self.basis,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> WinningCommit:
+        """The inverse of :meth:`to_dict`; keys it lacks keep their defaults (older reports)."""
+        tag = data.get("tag") or {}
+        return cls(
+            version=_opt_int(data.get("version")),
+            operation=data.get("operation"),
+            timestamp=data.get("timestamp"),
+            snapshot_id=_opt_int(data.get("snapshot_id")),
+            tag={str(k): str(v) for k, v in tag.items()},
+            dag_id=data.get("dag_id"),
+            task_id=data.get("task_id"),
+            run_id=data.get("run_id"),
+            try_number=_opt_int(data.get("try_number")),
+            tagged=bool(data.get("tagged", False)),
+            others=tuple(int(o) for o in data.get("others") or ()),
+            basis=data.get("basis"),
+        )
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 @dataclass(frozen=True)
@@ -178,12 +248,5 @@ class Classification:
             "retry_safe": self.retry_safe,
             "exception_class": self.exception_class,
             "error_class": self.error_class,
-            "winning_commit": None
-            if self.winning_commit is None
-            else {
-                "version": self.winning_commit.version,
-                "snapshot_id": self.winning_commit.snapshot_id,
-                "operation": self.winning_commit.operation,
-                "timestamp": self.winning_commit.timestamp,
-            },
+            "winning_commit": None if self.winning_commit is None else self.winning_commit.to_dict(),
         }

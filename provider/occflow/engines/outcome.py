@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..core.causes import explicit_chain
-from ..core.kinds import Classification
+from ..core.kinds import Classification, WinningCommit
 from ..core.operations import Operation
 
 
@@ -52,6 +52,13 @@ class WriteOutcome:
     error: ErrorInfo | None = None
     classification: Classification | None = None
     tag: dict[str, str] = field(default_factory=dict)
+
+    def with_winner(self, winner: WinningCommit | None) -> WriteOutcome:
+        """This outcome with ``winner`` as its classification's winning commit (a lost write
+        whose winner was found in the table's history); unchanged when there is none."""
+        if winner is None or self.classification is None:
+            return self
+        return replace(self, classification=replace(self.classification, winning_commit=winner))
 
     def to_json(self) -> str:
         data: dict[str, Any] = asdict(self)

@@ -28,10 +28,11 @@ import datetime as dt
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..core.errors import InvalidDeclarationError
+from ..core.kinds import WinningCommit
 from ..core.operations import Operation, parse_operation
 
 PREFIX = "occflow."
@@ -230,3 +231,26 @@ class CommitTag:
             f"{'' if self.map_index < 0 else f'[{self.map_index}]'} run {self.run_id}"
             f" (logical date {self.logical_date or 'none'}; {where})"
         )
+
+
+def with_writer(winner: WinningCommit, props: Mapping[str, Any]) -> WinningCommit:
+    """``winner`` with the Airflow try that made it, read from the commit's properties (commit
+    info, snapshot summary, user metadata) when they carry occflow's tag.
+
+    A malformed tag names no writer: the winner stays untagged, with the reason in its ``tag``.
+    """
+    try:
+        tag = CommitTag.from_properties(props)
+    except InvalidDeclarationError as exc:
+        return replace(winner, tag={**winner.tag, "occflow_tag": f"malformed: {exc}"})
+    if tag is None:
+        return winner
+    return replace(
+        winner,
+        dag_id=tag.dag_id,
+        task_id=tag.task_id,
+        run_id=tag.run_id,
+        try_number=tag.try_number,
+        tagged=True,
+        tag={**winner.tag, WRITE_ID: tag.write_id},
+    )

@@ -44,6 +44,10 @@ class ConflictReport:
     wasted_seconds: float | None = None
     decision: str | None = None
     advice: tuple[str, ...] = field(default_factory=tuple)
+    # What a commit touched beyond its declaration (``core.observed.Excess.describe``): this
+    # task's own commit, and the winning commit when its task's write report says so.
+    footprint_exceeded: str | None = None
+    winner_footprint_exceeded: str | None = None
 
     @property
     def is_conflict(self) -> bool:
@@ -58,13 +62,14 @@ class ConflictReport:
 
     def text(self) -> str:
         if not self.is_conflict:
-            return "\n".join(
-                [
-                    self.subject,
-                    f"  error:          {self.error}",
-                    "  occflow did not retry it as a conflict; the task's ordinary retries apply.",
-                ]
-            )
+            lines = [
+                self.subject,
+                f"  error:          {self.error}",
+                "  occflow did not retry it as a conflict; the task's ordinary retries apply.",
+            ]
+            if self.footprint_exceeded:
+                lines.append(f"  beyond declared: {self.footprint_exceeded}")
+            return "\n".join(lines)
         lines = [self.subject]
         lines.append(f"  table:          {self.table or 'unknown'}"
                      + (f", partition {self.partition}" if self.partition else ""))
@@ -75,6 +80,10 @@ class ConflictReport:
         if self.winner_task:
             winner += f", made by task {self.winner_task}"
         lines.append(f"  winning commit: {winner}")
+        if self.winner_footprint_exceeded:
+            lines.append(f"  the winner went beyond its declaration: {self.winner_footprint_exceeded}")
+        if self.footprint_exceeded:
+            lines.append(f"  this task went beyond its declaration: {self.footprint_exceeded}")
         if self.attempts is not None or self.wasted_seconds is not None:
             attempts = "unknown" if self.attempts is None else str(self.attempts)
             wasted = "unknown" if self.wasted_seconds is None else f"{self.wasted_seconds:.1f}s"
@@ -161,6 +170,12 @@ class ConflictNotifier(BaseNotifier):
         profile = report.get("profile") or (from_policy or {}).get("profile") or self.profile
         partition = _partition_text(report.get("partitions") if report else None) or _partition_text(self.partition)
         decision = _decision_text(report, from_policy)
+        winner_task, winner_report = _winner_task(ti, context, table, winner)
+        own_excess, winner_excess = _excess(report), _excess(winner_report)
+        advice = _advice(classification.kind, operation, partition, report)
+        for found in (own_excess, winner_excess):
+            if found is not None and found.get("advice") and found["advice"] not in advice:
+                advice += (str(found["advice"]),)
         return ConflictReport(
             task=_task_name(ti, context),
             kind=classification.kind,
@@ -172,11 +187,13 @@ class ConflictNotifier(BaseNotifier):
             profile=profile,
             classification_reason=classification.reason,
             winner=winner,
-            winner_task=_winner_task(ti, context, table, winner),
+            winner_task=winner_task,
             attempts=report.get("attempts") if report else None,
             wasted_seconds=report.get("wasted_seconds") if report else None,
             decision=decision,
-            advice=_advice(classification.kind, operation, partition, report),
+            advice=advice,
+            footprint_exceeded=None if own_excess is None else str(own_excess.get("message")),
+            winner_footprint_exceeded=None if winner_excess is None else str(winner_excess.get("message")),
         )
 
     def _classification(
@@ -244,18 +261,22 @@ def _xcom(ti: Any, key: str) -> Mapping[str, Any] | None:
 def _winner(data: Any) -> WinningCommit | None:
     if not isinstance(data, Mapping) or not any(v is not None for v in data.values()):
         return None
-    return WinningCommit(
-        version=data.get("version"),
-        operation=data.get("operation"),
-        timestamp=data.get("timestamp"),
-        snapshot_id=data.get("snapshot_id"),
-    )
+    return WinningCommit.from_dict(data)
 
 
-def _winner_task(ti: Any, context: Mapping[str, Any], table: str | None, winner: WinningCommit | None) -> str | None:
-    """The task of this DAG run whose write report committed the winning version, if any."""
+def _excess(report: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """A write report's ``footprint_exceeded`` (``core.observed.Excess.to_dict``), if any."""
+    found = (report or {}).get("footprint_exceeded")
+    return found if isinstance(found, Mapping) and found.get("message") else None
+
+
+def _winner_task(
+    ti: Any, context: Mapping[str, Any], table: str | None, winner: WinningCommit | None
+) -> tuple[str | None, Mapping[str, Any] | None]:
+    """The task of this DAG run whose write report committed the winning version, and that
+    report (``(None, None)`` when no task's report names it)."""
     if ti is None or table is None or winner is None or (winner.version is None and winner.snapshot_id is None):
-        return None
+        return None, None
     dag = context.get("dag")
     task_ids = [t for t in getattr(dag, "task_ids", []) if t != ti.task_id][:MAX_TASKS_SEARCHED]
     for task_id in task_ids:
@@ -270,8 +291,8 @@ def _winner_task(ti: Any, context: Mapping[str, Any], table: str | None, winner:
             same_version = winner.version is not None and value.get("version") == winner.version
             same_snapshot = winner.snapshot_id is not None and value.get("snapshot_id") == winner.snapshot_id
             if same_version or same_snapshot:
-                return task_id if len(candidates) == 1 else f"{task_id}[{index}]"
-    return None
+                return (task_id if len(candidates) == 1 else f"{task_id}[{index}]"), value
+    return None, None
 
 
 def _partition_text(value: Any) -> str | None:

@@ -1,5 +1,5 @@
 """What a task instance spent on its write so far, kept across reschedules in Airflow's
-``task_state_store``, and the metrics for what each try added."""
+``task_state_store``, the metrics for what each try added, and what its commit really touched."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .. import metrics
+from ..core.declaration import WriteDeclaration
+from ..core.observed import excess
+from ..engines.outcome import WriteOutcome
 
 # task_state_store keys: what earlier tries of this task instance (reschedules) already spent.
 _STATE_KEY = "occflow_write_history"
@@ -78,3 +81,30 @@ def emit_metrics(report: Mapping[str, Any], since: tuple[int, int, float]) -> No
             "wasted_seconds": max(float(report["wasted_seconds"]) - wasted, 0.0),
         }
     )
+
+
+def observed_report(operator: Any, declaration: WriteDeclaration, outcome: WriteOutcome) -> dict[str, Any]:
+    """The report's ``observed_footprint`` (what the commit really touched, read back from the
+    engine by ``operator.observe_commit``) and ``footprint_exceeded`` (what of it the declaration
+    did not cover, with the advice; ``None`` when covered or not observed). A write beyond its
+    declaration is logged as a warning: admission kept it apart only from what it declared."""
+    empty: dict[str, Any] = {"observed_footprint": None, "footprint_exceeded": None}
+    if not outcome.committed:
+        return empty
+    try:
+        observed = operator.observe_commit(outcome)
+    except Exception as exc:  # noqa: BLE001 - the write is committed; only the check is lost
+        operator.log.warning(
+            "could not read what the commit of %s on %s touched (version=%s snapshot=%s): %s",
+            declaration.operation.value, declaration.table, outcome.version, outcome.snapshot_id, exc,
+        )
+        return empty
+    if observed is None:
+        return empty
+    found = excess(declaration, observed)
+    if found is not None:
+        operator.log.warning(
+            "footprint exceeded: %s (commit %s). What to change: %s",
+            found.describe(), observed.version_or_snapshot, found.advice,
+        )
+    return {"observed_footprint": observed.to_dict(), "footprint_exceeded": None if found is None else found.to_dict()}

@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...core.errors import InvalidDeclarationError
+from ...core.kinds import WinningCommit
 from ...core.operations import Operation
 from ..ledger import CommitRefused
 from ..outcome import WriteOutcome
 from .commit import COMMIT_ID_KEY, CommitOptions
 from .errors import classify_error, error_info
 from .predicates import Literal, Where, column, combine, literal, partition_filters, partition_where
+from .winner import find_winner
 
 if TYPE_CHECKING:
     from deltalake import CommitProperties, DeltaTable
@@ -139,7 +141,7 @@ class DeltaRsTable:
             )
             return None
 
-        return self._run(Operation.INSERT_OVERWRITE, snapshot, run, commit)
+        return self._run(Operation.INSERT_OVERWRITE, snapshot, run, commit, scope=partition)
 
     def delete(
         self,
@@ -157,7 +159,7 @@ class DeltaRsTable:
             assert table is not None
             return table.delete(None if predicate is None else predicate.sql(), commit_properties=props)
 
-        return self._run(operation, snapshot, run, commit)
+        return self._run(operation, snapshot, run, commit, scope=partition)
 
     def truncate(
         self,
@@ -200,7 +202,7 @@ class DeltaRsTable:
                 commit_properties=props,
             )
 
-        return self._run(Operation.UPDATE, snapshot, run, commit)
+        return self._run(Operation.UPDATE, snapshot, run, commit, scope=partition)
 
     def merge(
         self,
@@ -243,7 +245,7 @@ class DeltaRsTable:
             result: dict[str, Any] = merger.execute()
             return result
 
-        return self._run(Operation.MERGE, snapshot, run, commit)
+        return self._run(Operation.MERGE, snapshot, run, commit, scope=partition)
 
     def optimize(
         self,
@@ -330,7 +332,10 @@ class DeltaRsTable:
         fn: Callable[[DeltaTable | None, CommitProperties], dict[str, Any] | None],
         commit: CommitOptions | None,
         load: bool = True,
+        scope: Mapping[str, Literal] | None = None,
     ) -> WriteOutcome:
+        """Run ``fn`` on the snapshot, record the outcome; ``scope`` is the partition the write
+        works on (where to look for the commit it lost to), ``None`` for the whole table."""
         commit_id = uuid.uuid4().hex
         options = commit or CommitOptions()
         tag = {"commit_id": commit_id}
@@ -338,10 +343,11 @@ class DeltaRsTable:
             tag["app_id"] = options.app_id
             tag["app_version"] = str(options.app_version)
         start = time.perf_counter()
+        table: DeltaTable | None = None
         try:
             table = snapshot if snapshot is not None else (self.load() if load else None)
-            if snapshot is not None:
-                tag["read_version"] = str(snapshot.version())
+            if table is not None:
+                tag["read_version"] = str(table.version())
             # Last step before the engine call: the caller's before-commit check, and the snapshot
             # it plans on must not hold this write's app transaction yet (CommitOptions.ready).
             metrics = fn(table, options.ready(table, commit_id))
@@ -349,7 +355,7 @@ class DeltaRsTable:
             raise  # a refused commit is the caller's decision, not an engine failure
         except Exception as exc:  # noqa: BLE001 - every engine failure becomes an outcome
             seconds = time.perf_counter() - start
-            return WriteOutcome(
+            lost = WriteOutcome(
                 engine=ENGINE,
                 table=self.uri,
                 operation=operation,
@@ -359,8 +365,10 @@ class DeltaRsTable:
                 classification=classify_error(exc),
                 tag=tag,
             )
+            return lost.with_winner(self._winner(lost, table, options, scope))
         seconds = time.perf_counter() - start
-        version, commit_metrics = self._find_commit(commit_id)
+        read_version = None if table is None else int(tag["read_version"])
+        version, commit_metrics = self._find_commit(commit_id, read_version)
         if version is None:
             # delta-rs writes no commit when an operation changes nothing (a delete that matched
             # no row); the write succeeded, but there is no version to name
@@ -377,13 +385,28 @@ class DeltaRsTable:
             tag=tag,
         )
 
-    def _find_commit(self, commit_id: str, depth: int = 50) -> tuple[int | None, dict[str, Any]]:
+    def _winner(
+        self, lost: WriteOutcome, table: DeltaTable | None, options: CommitOptions, scope: Mapping[str, Literal] | None
+    ) -> WinningCommit | None:
+        """The commit a lost attempt lost to, from the log after the version it read."""
+        kind = None if lost.classification is None else lost.classification.kind
+        if table is None or kind is None or not kind.is_conflict:
+            return None
+        try:
+            return find_winner(self.load, int(table.version()), kind, options.resolved().app_id, scope)
+        except Exception as exc:  # noqa: BLE001 - naming the winner must not hide the conflict
+            return WinningCommit(basis=f"the log could not be read to name the winner: {exc}")
+
+    def _find_commit(self, commit_id: str, read_version: int | None = None) -> tuple[int | None, dict[str, Any]]:
         """Our commit's version and metrics, found by the id we wrote into its commit info.
 
         Looked up rather than taken from the table object, whose version may already include
-        a concurrent writer's later commit.
+        a concurrent writer's later commit; every commit after the read version is searched
+        (the last 50 without one), however many other writers committed in between.
         """
-        for entry in self.load().history(depth):
+        latest = self.load()
+        depth = 50 if read_version is None else max(int(latest.version()) - read_version, 1)
+        for entry in latest.history(depth):
             if entry.get(COMMIT_ID_KEY) == commit_id:
                 return int(entry["version"]), dict(entry.get("operationMetrics") or {})
         return None, {}

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..ledger import HISTORY_DEPTH, FoundCommit
+from ..outcome import WriteOutcome
 from ..tags import APP_VERSION, CommitTag
 from .formats import CommitInfo
 from .identifiers import quote_table
@@ -86,6 +87,11 @@ class DeltaFormat:
             rows=None if out_rows is None else int(out_rows),
             tag=tag,
         )
+
+    def lost(self, spark: Any, table: str, before: int | None, outcome: WriteOutcome) -> WriteOutcome:
+        """A lost write's outcome as it is: delta-spark names the conflicting commit in its
+        message, which ``errors.classify_error`` already read into the winner."""
+        return outcome
 
     def commit_ledger(self, spark: Any, table: str) -> DeltaSparkLedger:
         return DeltaSparkLedger(spark, table)

@@ -3,12 +3,14 @@ chain (Java's when the JVM raised it), and occflow's classification of them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ...core.causes import explicit_chain
 from ...core.classify import classify
 from ...core.kinds import Classification
 from ..outcome import ErrorInfo
+from .winner import delta_spark_winner
 
 #: Causes recorded at most: Spark's wrapper stacks stay well under it.
 MAX_CHAIN = 20
@@ -83,5 +85,21 @@ def error_info(exc: BaseException) -> ErrorInfo:
 
 def classify_error(error: BaseException | ErrorInfo | str) -> Classification:
     """occflow's classification of the error. An ``ErrorInfo`` is passed whole, so the
-    classifier sees its error class and exact exception class names, not only their text."""
-    return classify(error)
+    classifier sees its error class and exact exception class names, not only their text.
+
+    A delta-spark conflict that prints its ``Conflicting commit`` names the winner with all
+    its commit info (the Airflow try that made it too, from occflow's tag in ``userMetadata``).
+    """
+    found = classify(error)
+    if not found.is_conflict:
+        return found
+    winner = delta_spark_winner(_text(error))
+    return found if winner is None else replace(found, winning_commit=winner)
+
+
+def _text(error: BaseException | ErrorInfo | str) -> str:
+    if isinstance(error, ErrorInfo):
+        return "\n".join(error.messages)
+    if isinstance(error, str):
+        return error
+    return "\n".join(str(e) for e in explicit_chain(error, limit=MAX_CHAIN))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..ledger import CommitLedger
+from ..outcome import WriteOutcome
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,10 @@ class TableFormat(Protocol):
     def before(self, spark: Any, table: str) -> Any: ...
 
     def after(self, spark: Any, table: str, before: Any) -> CommitInfo: ...
+
+    def lost(self, spark: Any, table: str, before: Any, outcome: WriteOutcome) -> WriteOutcome:
+        """A lost attempt's outcome with the commit it lost to named, where the format records it."""
+        ...
 
     def commit_ledger(self, spark: Any, table: str) -> CommitLedger | None:
         """The table's exactly-once ledger on ``spark``; ``None`` when the format keeps no history."""
@@ -80,6 +85,9 @@ class PlainFormat:
 
     def after(self, spark: Any, table: str, before: Any) -> CommitInfo:
         return CommitInfo(tag={"conflict_detection": "none"})
+
+    def lost(self, spark: Any, table: str, before: Any, outcome: WriteOutcome) -> WriteOutcome:
+        return outcome  # no commit protocol, so no commit to name
 
     def commit_ledger(self, spark: Any, table: str) -> CommitLedger | None:
         # Plain Parquet/Hive tables keep no commit history to find a tag in (docs/exactly-once.md).

@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ...core.errors import InvalidDeclarationError
+from ...core.kinds import WinningCommit
 from ..ledger import FoundCommit
+from ..outcome import WriteOutcome
 from ..tags import WRITE_ID, CommitTag
 from .formats import CommitInfo
 from .iceberg_catalog import EXTENSIONS, IcebergCatalogConfig, jdbc_driver_jar, runtime_jars
 from .identifiers import quote_table, split_table, sql_string
 from .settings import SparkConfigError
+from .winner import iceberg_winner, snapshots_changing, snapshots_since
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,25 @@ class IcebergFormat:
             rows=None if rows is None else int(rows),
             tag=tag,
         )
+
+    def lost(self, spark: Any, table: str, before: SnapshotRef | None, outcome: WriteOutcome) -> WriteOutcome:
+        """A lost write's outcome with the snapshot it lost to: the first snapshot after
+        ``before`` (the attempt's starting snapshot, from :meth:`before`) that the failed
+        validation checks (``winner.iceberg_winner``)."""
+        kind = None if outcome.classification is None else outcome.classification.kind
+        if kind is None or not kind.is_conflict:
+            return outcome
+        name = self.qualify(table)
+        since = None if before is None else before.snapshot_id
+        try:
+            messages = outcome.error.messages if outcome.error is not None else ()
+            changing = snapshots_changing(spark, name, messages)
+            found = iceberg_winner(snapshots_since(spark, name, since), since, messages, changing)
+            if found is not None and found.snapshot_id is not None:
+                found = replace(found, version=_sequence_number(spark, name, found.snapshot_id))
+        except Exception as exc:  # noqa: BLE001 - naming the winner must not hide the conflict
+            found = WinningCommit(basis=f"the snapshots could not be read to name the winner: {exc}")
+        return outcome.with_winner(found)
 
     def commit_ledger(self, spark: Any, table: str) -> IcebergLedger:
         return IcebergLedger(spark, self.qualify(table))

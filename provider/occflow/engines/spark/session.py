@@ -116,7 +116,7 @@ class SparkEngine:
         except Exception as exc:  # the job's failure is the outcome we report
             seconds = time.perf_counter() - start
             info = error_info(exc)
-            return WriteOutcome(
+            lost = WriteOutcome(
                 engine=self.engine_name,
                 table=table,
                 operation=op,
@@ -126,6 +126,8 @@ class SparkEngine:
                 classification=classify_error(exc),
                 tag={"job": the_job.describe(), "run_id": context.run_id},
             )
+            # The format names the commit the attempt lost to (Iceberg: the snapshot after ours).
+            return self.format.lost(spark, table, before, lost)
         seconds = time.perf_counter() - start
         commit = self.format.after(spark, table, before)
         return WriteOutcome(

@@ -101,7 +101,7 @@ def outcome_from_dict(data: Mapping[str, Any]) -> WriteOutcome:
             kind=ConflictKind(cls["kind"]),
             engine=cls.get("engine", ""),
             reason=cls.get("reason", ""),
-            winning_commit=None if not wc else WinningCommit(**{k: wc.get(k) for k in ("version", "snapshot_id", "operation", "timestamp")}),
+            winning_commit=None if not wc else WinningCommit.from_dict(wc),
             exception_class=cls.get("exception_class"),
             error_class=cls.get("error_class"),
         )

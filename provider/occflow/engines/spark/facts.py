@@ -1,0 +1,85 @@
+"""A table's facts as a Spark session reads them: Iceberg (``DESCRIBE TABLE EXTENDED``'s
+partitioning and table properties) and Delta through delta-spark (``DESCRIBE DETAIL``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ...core.errors import InvalidDeclarationError
+from ...core.tablefacts import TableFacts
+from .identifiers import quote_table
+
+#: Spark's table providers whose facts occflow reads, and the engine that commits to each.
+ENGINES = {"iceberg": "spark-iceberg", "delta": "delta-spark"}
+
+
+def spark_table_facts(spark: Any, table: str) -> TableFacts:
+    """The facts of ``table`` (``catalog.db.table``) in ``spark``'s catalogs.
+
+    An identity partition field is a partition column; a transform (``days(ts)``,
+    ``bucket(16, id)``) is recorded in ``partition_transforms``. A table whose provider is
+    neither Iceberg nor Delta is an error naming it.
+    """
+    quoted = quote_table(table)  # every part back-quoted: the name reaches SQL only this way
+    try:
+        rows = spark.sql(f"DESCRIBE TABLE EXTENDED {quoted}").collect()
+    except Exception as exc:  # noqa: BLE001 - Spark's analysis errors differ by catalog
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InvalidDeclarationError(f"cannot read the table facts of {table} on Spark: {first}") from exc
+    described = _described(rows)
+    provider = described.get("Provider", "").lower()
+    if provider == "iceberg":
+        return _iceberg_facts(spark, table, quoted, described)
+    if provider == "delta":
+        return _delta_facts(spark, table, quoted)
+    raise InvalidDeclarationError(
+        f"table {table} is a {provider or 'table of unknown provider'} table: occflow reads the facts "
+        "of Iceberg and Delta tables (their formats detect conflicts)"
+    )
+
+
+def _described(rows: list[Any]) -> dict[str, str]:
+    """``DESCRIBE TABLE EXTENDED``'s key rows (``Provider``, ``Part 0``, ...), first of each."""
+    out: dict[str, str] = {}
+    for row in rows:
+        key, value = str(row["col_name"] or "").strip(), str(row["data_type"] or "").strip()
+        if key and key not in out:
+            out[key] = value
+    return out
+
+
+def _iceberg_facts(spark: Any, table: str, quoted: str, described: Mapping[str, str]) -> TableFacts:
+    fields = [described[f"Part {i}"] for i in range(len(described)) if f"Part {i}" in described]
+    identity = tuple(_unquote(f) for f in fields if "(" not in f)
+    transforms = tuple(f for f in fields if "(" in f)
+    properties = {str(r["key"]): str(r["value"]) for r in spark.sql(f"SHOW TBLPROPERTIES {quoted}").collect()}
+    return TableFacts(
+        table=table,
+        table_format="iceberg",
+        engine=ENGINES["iceberg"],
+        partition_columns=identity,
+        properties=properties,
+        partition_transforms=transforms,
+        features=(f"format-version={properties['format-version']}",) if "format-version" in properties else (),
+    )
+
+
+def _delta_facts(spark: Any, table: str, quoted: str) -> TableFacts:
+    detail = spark.sql(f"DESCRIBE DETAIL {quoted}").collect()[0].asDict(recursive=True)
+    features = sorted({*(detail.get("tableFeatures") or ())})
+    return TableFacts(
+        table=table,
+        table_format="delta",
+        engine=ENGINES["delta"],
+        partition_columns=tuple(detail.get("partitionColumns") or ()),
+        properties={str(k): str(v) for k, v in (detail.get("properties") or {}).items()},
+        features=tuple(features),
+    )
+
+
+def _unquote(name: str) -> str:
+    """A partition field as Spark prints it: back-quoted when the name needs quoting."""
+    if len(name) >= 2 and name.startswith("`") and name.endswith("`"):
+        return name[1:-1].replace("``", "`")
+    return name
