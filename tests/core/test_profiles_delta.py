@@ -76,9 +76,9 @@ def _footprints(earlier: Op, later: Op, *, earlier_on: str = P, later_on: str = 
 # --- the literal table ------------------------------------------------------------------------
 
 
-def test_matrix_holds_each_of_the_64_pairs_exactly_once() -> None:
+def test_matrix_holds_each_of_the_81_pairs_exactly_once() -> None:
     pairs = [(row[0], row[1]) for row in DELTA_MATRIX]
-    assert len(pairs) == len(set(pairs)) == 64
+    assert len(pairs) == len(set(pairs)) == 81
     assert {a for a, _ in pairs} == {b for _, b in pairs} == set(DELTA_OPERATIONS)
 
 
@@ -156,9 +156,31 @@ def test_metadata_change_fails_every_concurrent_write_spec_004(level: str, later
     assert cell.exception is ConflictKind.METADATA_CHANGED
 
 
-@pytest.mark.parametrize("later", DELTA_OPERATIONS, ids=lambda op: op.value)
+@pytest.mark.parametrize("later", [op for op in DELTA_OPERATIONS if op is not Op.UPGRADE_PROTOCOL], ids=lambda op: op.value)
 def test_blind_append_fails_nothing_under_write_serializable_spec_004(later: Op) -> None:
     assert not WRITE_SERIALIZABLE.later_fails(Op.INSERT_INTO, later)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("other", DELTA_OPERATIONS, ids=lambda op: op.value)
+def test_protocol_upgrade_conflicts_with_every_operation_in_both_orders_spec_004(level: str, other: Op) -> None:
+    """REORG ... APPLY (UPGRADE ...): "conflicts with all ongoing operations" (spec 004)."""
+    profile = LEVELS[level]
+    first = profile.cell(Op.UPGRADE_PROTOCOL, other)
+    assert first.exception is ConflictKind.PROTOCOL_CHANGED
+    assert "REORG to apply an upgrade" in first.source and "checkProtocolCompatibility" in first.source
+    assert profile.cell(other, Op.UPGRADE_PROTOCOL).later_fails
+    assert profile.conflicts(Op.UPGRADE_PROTOCOL, other)
+
+
+def test_protocol_upgrade_after_a_blind_append_fails_even_under_write_serializable() -> None:
+    # The upgrade changes metadata, so Delta counts blind appends against it (checkForAddedFiles...).
+    cell = WRITE_SERIALIZABLE.cell(Op.INSERT_INTO, Op.UPGRADE_PROTOCOL)
+    assert cell.exception is ConflictKind.CONCURRENT_APPEND
+    append, upgrade = _footprints(Op.INSERT_INTO, Op.UPGRADE_PROTOCOL)
+    assert upgrade.protocol_change and upgrade.metadata_change and upgrade.read_whole_table
+    assert WRITE_SERIALIZABLE.validator is not None
+    assert WRITE_SERIALIZABLE.validator(replace(upgrade, metadata_change=False, protocol_change=False), append) is None
 
 
 @pytest.mark.parametrize("later", [Op.INSERT_OVERWRITE, Op.TRUNCATE, Op.UPDATE, Op.DELETE, Op.MERGE], ids=lambda op: op.value)
@@ -199,8 +221,12 @@ def test_disjoint_partitions_conflict_only_through_metadata(level: str, earlier:
     winner, current = _footprints(earlier, later, earlier_on=Q, later_on=P)
     assert profile.validator is not None
     verdict = profile.validator(current, winner)
-    if earlier is Op.ALTER_METADATA:
+    if earlier is Op.UPGRADE_PROTOCOL:
+        assert verdict is not None and verdict[0] is ConflictKind.PROTOCOL_CHANGED
+    elif earlier is Op.ALTER_METADATA:
         assert verdict is not None and verdict[0] is ConflictKind.METADATA_CHANGED
+    elif later is Op.UPGRADE_PROTOCOL:  # it depends on every file of the table
+        assert verdict is not None and earlier is not Op.ALTER_METADATA
     else:
         assert verdict is None, verdict
 
@@ -358,3 +384,51 @@ def test_footprint_rejects_files_of_another_partition_and_whole_table_blind_appe
         canonical_footprint(Op.UPDATE, P, F_Q)
     with pytest.raises(InvalidFootprintError, match="reads no files"):
         canonical_footprint(Op.INSERT_INTO, P, F_P, whole_table=TABLE)
+
+
+# --- delta-rs: an overwrite without a predicate -------------------------------------------------
+
+
+def _race(path, first, second) -> str | None:  # type: ignore[no-untyped-def]
+    """Both writers load the same version; ``first`` commits, then ``second``: its error text."""
+    import pyarrow as pa  # optional heavy dependency (tests only)
+    from deltalake import DeltaTable, write_deltalake
+
+    write_deltalake(str(path), pa.table({"id": [1, 2], "value": [1, 2]}))
+    jobs = {
+        "append": lambda t: write_deltalake(t, pa.table({"id": [10], "value": [10]}), mode="append"),
+        "overwrite": lambda t: write_deltalake(t, pa.table({"id": [20], "value": [20]}), mode="overwrite"),
+        "update": lambda t: t.update(updates={"value": "value + 1"}),
+    }
+    a, b = DeltaTable(str(path)), DeltaTable(str(path))
+    jobs[first](a)
+    try:
+        jobs[second](b)
+    except Exception as exc:  # noqa: BLE001 - the engine's commit error is what is observed
+        return str(exc)
+    return None
+
+
+@pytest.mark.parametrize(
+    ("first", "expected"),
+    [("append", None), ("update", ConflictKind.CONCURRENT_DELETE_READ), ("overwrite", ConflictKind.CONCURRENT_DELETE_READ)],
+)
+def test_delta_rs_overwrite_without_predicate_loses_with_delete_read_not_append(tmp_path, first, expected) -> None:  # type: ignore[no-untyped-def]
+    """A whole-table ``mode="overwrite"`` has no read predicate: no added-files check (it commits
+    after an append), and every file counts as read (ConcurrentDeleteRead after a rewrite)."""
+    message = _race(tmp_path / "t", first, "overwrite")
+    words = {None: None, ConflictKind.CONCURRENT_DELETE_READ: "deleted data this operation read"}
+    assert (message is None) is (expected is None), message
+    if expected is not None:
+        assert words[expected] in str(message) and "added new data" not in str(message)
+    # The port agrees: the same pair on footprints of a table without partitions.
+    table = frozenset({FileRef("part-0.parquet")})
+    winner = canonical_footprint(Op(first.replace("append", "insert_into").replace("overwrite", "insert_overwrite")), "", table, new_file="w.parquet")
+    whole = canonical_footprint(Op.INSERT_OVERWRITE, "", table, new_file="o.parquet", whole_table=table)
+    validator = get_profile("delta-rs").validator
+    assert validator is not None
+    verdict = validator(whole, winner)
+    assert (None if verdict is None else verdict[0]) is expected
+    # With the partition as predicate the overwrite gets ConcurrentAppend instead (the matrix cell).
+    scoped = canonical_footprint(Op.INSERT_OVERWRITE, "", table, new_file="o.parquet")
+    assert validator(scoped, winner) is not None

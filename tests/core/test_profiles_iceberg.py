@@ -314,3 +314,27 @@ def test_cells_run_on_spark_are_cells_of_the_matrix_and_say_so() -> None:
         cell = PROFILES[level.value].cell(earlier, later)
         assert "Checked on Spark 3.5.9 + Iceberg 1.10.2." in cell.note
         assert "UNSURE" not in cell.note
+
+
+@pytest.mark.parametrize("name", ["iceberg-serializable", "iceberg-snapshot"])
+def test_missing_files_check_is_liveness_a_file_rewritten_into_itself_stays_live(name: str) -> None:
+    """ManifestFilterManager fails a delete of a file no longer in the live manifests; a winner
+    that removed and re-added the same path left it live, so the later job commits."""
+    profile = get_profile(name)
+    assert profile.validator is not None
+    f = FileRef("p=1/data-0.parquet", "p=1")
+    mine = Footprint(
+        Op.OPTIMIZE, frozenset({"p=1"}), frozenset({"p=1"}), files_read=frozenset({f}), files_removed=frozenset({f}),
+        files_added=frozenset({FileRef("p=1/compacted.parquet", "p=1")}), data_change=False,
+    )
+    into_itself = Footprint(
+        Op.OPTIMIZE, frozenset({"p=1"}), frozenset({"p=1"}), files_read=frozenset({f}), files_removed=frozenset({f}),
+        files_added=frozenset({f}), data_change=False,
+    )
+    gone = Footprint(
+        Op.OPTIMIZE, frozenset({"p=1"}), frozenset({"p=1"}), files_read=frozenset({f}), files_removed=frozenset({f}),
+        files_added=frozenset({FileRef("p=1/other.parquet", "p=1")}), data_change=False,
+    )
+    assert profile.validator(mine, into_itself) is None
+    verdict = profile.validator(mine, gone)
+    assert verdict is not None and verdict[0] is ConflictKind.VALIDATION_CONFLICT

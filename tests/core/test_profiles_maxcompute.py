@@ -20,11 +20,15 @@ TRANSACTIONAL = get_profile("maxcompute-transactional")
 
 # The spec tables restated as (earlier, later) -> later fails, independently of the module's data.
 # Spec 000: UPDATE/DELETE and small file MERGE fail after anything; INSERTs never fail.
+# CLUSTERING (specs 001/002 smart conflict resolution): both succeed beside INSERT INTO; the specs
+# say nothing else, so it is taken as small file MERGE on standard tables, MINOR COMPACT on Delta ones.
 STANDARD_EXPECTED = {
-    (a, b): b in (Op.UPDATE, Op.DELETE, Op.SMALL_FILE_MERGE)
+    (a, b): b in (Op.UPDATE, Op.DELETE, Op.SMALL_FILE_MERGE, Op.CLUSTERING) and (a, b) != (Op.INSERT_INTO, Op.CLUSTERING)
     for a in STANDARD.operations
     for b in STANDARD.operations
 }
+SMART = "specs 001/002, smart conflict resolution"
+TAKEN_AS = "not in the specs: clustering taken as"
 _T = {
     "IO": (Op.INSERT_OVERWRITE, Op.TRUNCATE),
     "II": (Op.INSERT_INTO,),
@@ -47,6 +51,15 @@ TRANSACTIONAL_EXPECTED = {
     for a in ops_a
     for b in _T[gb]
 }
+_AS_MINOR = {Op.CLUSTERING: Op.MINOR_COMPACT}
+TRANSACTIONAL_EXPECTED.update(
+    {
+        (a, b): TRANSACTIONAL_EXPECTED[(_AS_MINOR.get(a, a), _AS_MINOR.get(b, b))]
+        for a in TRANSACTIONAL.operations
+        for b in TRANSACTIONAL.operations
+        if Op.CLUSTERING in (a, b)
+    }
+)
 
 
 @pytest.mark.parametrize(
@@ -54,10 +67,15 @@ TRANSACTIONAL_EXPECTED = {
 )
 def test_standard_cell_matches_spec_000(cell):
     assert cell.later_fails is STANDARD_EXPECTED[(cell.earlier, cell.later)]
-    assert cell.source.startswith("spec 000")
+    if Op.CLUSTERING in (cell.earlier, cell.later):
+        assert cell.source.startswith(SMART if Op.INSERT_INTO in (cell.earlier, cell.later) else TAKEN_AS)
+    else:
+        assert cell.source.startswith("spec 000")
     if cell.later_fails:
         assert cell.exception is ConflictKind.OPERATION_CONFLICT
         assert cell.effect is Effect.LATER_FAILS
+    elif cell.later is Op.CLUSTERING:
+        assert cell.effect is Effect.COMPACTION_COMPLETES
     elif cell.later in (Op.INSERT_OVERWRITE, Op.TRUNCATE):
         assert cell.effect is Effect.OVERWRITE  # "The later job's data overwrites"
     else:
@@ -69,14 +87,45 @@ def test_standard_cell_matches_spec_000(cell):
 )
 def test_transactional_cell_matches_spec_001(cell):
     assert cell.later_fails is TRANSACTIONAL_EXPECTED[(cell.earlier, cell.later)]
-    assert cell.source.startswith("spec 001")
+    if Op.CLUSTERING in (cell.earlier, cell.later):
+        assert cell.source.startswith(SMART if Op.INSERT_INTO in (cell.earlier, cell.later) else TAKEN_AS)
+    else:
+        assert cell.source.startswith("spec 001")
     if cell.later_fails:
         assert cell.exception is ConflictKind.OPERATION_CONFLICT
 
 
 def test_matrices_are_complete():
-    assert len(STANDARD.cells) == 6 * 6 and len(MAXCOMPUTE_STANDARD_MATRIX) == 4 * 4
-    assert len(TRANSACTIONAL.cells) == 7 * 7 and len(MAXCOMPUTE_TRANSACTIONAL_MATRIX) == 5 * 5
+    # spec rows x columns, then CLUSTERING's row and column (its own group)
+    assert len(STANDARD.cells) == 7 * 7 and len(MAXCOMPUTE_STANDARD_MATRIX) == 4 * 4 + 9
+    assert len(TRANSACTIONAL.cells) == 8 * 8 and len(MAXCOMPUTE_TRANSACTIONAL_MATRIX) == 5 * 5 + 11
+    assert Op.CLUSTERING in STANDARD.operations and Op.CLUSTERING in TRANSACTIONAL.operations
+
+
+@pytest.mark.parametrize("profile", [STANDARD, TRANSACTIONAL], ids=lambda p: p.name)
+def test_clustering_and_insert_into_both_succeed_in_either_order_specs_001_002(profile, specs_dir: Path):
+    v1 = " ".join((specs_dir / "001_91364fd8b65d11e0.txt").read_text().split())
+    v2 = " ".join((specs_dir / "002_2c1a90b908fdf3e9.txt").read_text().split())
+    assert "when a clustering operation and an INSERT INTO operation overlap in start and commit time, both succeed" in v1
+    assert "The clustering operation and the INSERT INTO operation do not cause status inconsistency" in v2
+    assert not profile.conflicts(Op.CLUSTERING, Op.INSERT_INTO)
+    assert profile.cell(Op.INSERT_INTO, Op.CLUSTERING).effect is Effect.COMPACTION_COMPLETES
+    assert profile.cell(Op.CLUSTERING, Op.INSERT_INTO).effect is Effect.APPEND
+    # it stays a layout-only compaction: two clusterings of one partition never both succeed
+    assert profile.later_fails(Op.CLUSTERING, Op.CLUSTERING)
+    assert Op.CLUSTERING.is_compaction and not Op.CLUSTERING.changes_data
+
+
+def test_clustering_follows_the_compaction_it_resembles_and_says_so():
+    for a in STANDARD.operations:
+        if a not in (Op.INSERT_INTO, Op.CLUSTERING):
+            assert STANDARD.later_fails(a, Op.CLUSTERING) is STANDARD.later_fails(a, Op.SMALL_FILE_MERGE)
+            assert "small file MERGE" in STANDARD.cell(a, Op.CLUSTERING).source
+    for a in TRANSACTIONAL.operations:
+        if a is not Op.CLUSTERING:
+            assert TRANSACTIONAL.later_fails(a, Op.CLUSTERING) is TRANSACTIONAL.later_fails(a, Op.MINOR_COMPACT)
+            assert TRANSACTIONAL.later_fails(Op.CLUSTERING, a) is TRANSACTIONAL.later_fails(Op.MINOR_COMPACT, a)
+            assert "MINOR COMPACT" in TRANSACTIONAL.cell(a, Op.CLUSTERING).source
 
 
 def test_insert_jobs_never_conflict_on_standard_tables():

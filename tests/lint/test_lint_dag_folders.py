@@ -97,42 +97,59 @@ def error_lines(done: subprocess.CompletedProcess[str]) -> list[str]:
     return [line for line in done.stderr.splitlines() if line.strip() and "[warning" not in line]
 
 
-def test_lint_reports_two_delta_rs_compactions_of_one_partition_as_corrupting_data(env, tmp_path):
+def test_lint_reports_admitted_compactions_as_serialized_and_exits_0(env, tmp_path):
+    # Every task here keeps admission on (the default): admission refuses the two compactions
+    # of region=eu together (delta-rs's matrix, whatever profile was declared), so the pairs
+    # are information, not failures. Before issue 12 they were reported as failures (exit 1).
     folder = dag_folder(tmp_path / "dags", compactions=COMPACTIONS)
+    done = occflow(env, "lint", str(folder), "--format", "json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    found = {frozenset(f["tasks"]): (f["kind"], f["would_be"]) for f in report["findings"]}
+    assert found == {
+        frozenset({"orders_compaction.optimize_eu", "orders_tidy.compact_eu"}): ("serialized", "corrupts_data"),
+        frozenset({"events_compaction.compact_region"}): ("serialized", "corrupts_data"),
+        frozenset({"orders_compaction.optimize_eu", "orders_tidy.purge_eu"}): ("serialized", "conflict"),
+        frozenset({"orders_tidy.compact_eu", "orders_tidy.purge_eu"}): ("serialized", "conflict"),
+    }
+    # The two mapped compactions (eu, us) meeting themselves in two runs are one finding.
+    [mapped] = [f for f in report["findings"] if f["tasks"] == ["events_compaction.compact_region"]]
+    assert mapped["footprints"] == ["partition region=eu", "partition region=us"]
+    assert report["summary"]["by_kind"] == {"corrupts_data": 0, "conflict": 0, "serialized": 4}
+
+
+def test_lint_reports_a_compaction_without_admission_beside_an_admitted_one_as_corrupting_data(env, tmp_path):
+    unsafe = COMPACTIONS.replace('profile="delta-write-serializable",\n                       path="/nonexistent/orders"',
+                                 'profile="delta-write-serializable", admission=False,\n'
+                                 '                       allow_unsafe_concurrency=True, path="/nonexistent/orders"')
+    assert unsafe != COMPACTIONS
+    folder = dag_folder(tmp_path / "dags", compactions=unsafe)
     done = occflow(env, "lint", str(folder), "--format", "json")
     assert done.returncode == 1, done.stderr
     report = json.loads(done.stdout)
-    kinds = {frozenset((c["first"], c["second"])): c["kind"] for c in report["collisions"]}
+    kinds = {frozenset(f["tasks"]): f["kind"] for f in report["findings"]}
     assert kinds == {
         frozenset({"orders_compaction.optimize_eu", "orders_tidy.compact_eu"}): "corrupts_data",
-        frozenset({"events_compaction.compact_region[0]"}): "corrupts_data",
-        frozenset({"events_compaction.compact_region[1]"}): "corrupts_data",
-        frozenset({"orders_compaction.optimize_eu", "orders_tidy.purge_eu"}): "conflict",
+        frozenset({"events_compaction.compact_region"}): "serialized",
+        frozenset({"orders_compaction.optimize_eu", "orders_tidy.purge_eu"}): "serialized",
         frozenset({"orders_tidy.compact_eu", "orders_tidy.purge_eu"}): "conflict",
     }
-    assert report["counts"] == {"corrupts_data": 3, "conflict": 2}
-    assert [c["kind"] for c in report["collisions"]] == ["corrupts_data"] * 3 + ["conflict"] * 2
-    [pair] = [c for c in report["collisions"] if c["second"] == "orders_tidy.compact_eu"]
-    assert pair["first"] == "orders_compaction.optimize_eu"
-    assert pair["kind"] == "corrupts_data" and pair["footprint"] == "partition region=eu"
-    assert "within 60 min" in pair["why_together"]
+    assert [f["kind"] for f in report["findings"]] == ["corrupts_data", "conflict", "serialized", "serialized"]
+    [pair] = [f for f in report["findings"] if f["kind"] == "corrupts_data"]
+    assert pair["footprints"] == ["partition region=eu"] and pair["protected"] is False
+    assert any("within 60 min" in why for why in pair["together"])
+    assert "orders_tidy.compact_eu runs without admission (admission=False)" in pair["reason"]
     duplicating = [c for c in pair["cells"] if c["effect"] == "duplicates_rows"]
     assert [(c["profile"], c["earlier"], c["later"]) for c in duplicating] == [("delta-rs", "optimize", "optimize")]
     assert "delta-rs" in duplicating[0]["source"]
-    # The undeclared task gets delta-rs's own matrix by default; the other declares the documented
-    # Delta profile ...
-    assert pair["profile"] == "delta-rs"
-    # ... and the report says that it does not describe delta-rs.
-    assert any("orders_tidy.compact_eu runs on delta-rs" in n and "does not describe" in n for n in pair["notes"])
 
     text = occflow(env, "lint", str(folder), "--exit-zero")
     assert text.returncode == 1, text.stderr  # corrupting data is never waived
-    headers = [line for line in text.stdout.splitlines() if line and not line.startswith(" ")][:-1]
-    assert [h.startswith("CORRUPTS DATA: ") for h in headers] == [True] * 3 + [False] * 2
-    assert ("CORRUPTS DATA: orders_compaction.optimize_eu and orders_tidy.compact_eu: optimize / optimize "
-            "on lake.orders [partition region=eu]") in headers
-    assert "delta-rs: optimize then optimize -> both commit, duplicates_rows" in text.stdout
-    assert text.stdout.splitlines()[-1].startswith("5 collision(s) (3 that corrupt data) among 6 declared write(s)")
+    headers = [line for line in text.stdout.splitlines() if line and not line.startswith(" ")]
+    assert headers[0].endswith("corrupts_data (error): orders_compaction.optimize_eu x orders_tidy.compact_eu "
+                               "on lake.orders [partition region=eu]")
+    assert "optimize then optimize -> both commit, duplicates_rows [delta-rs]" in text.stdout
+    assert headers[-1].startswith("4 finding(s) (1 corrupts_data, 1 conflict, 2 serialized); 2 new")
 
 
 def test_pools_plan_serialises_the_compactions_that_would_duplicate_rows(env, tmp_path):
@@ -203,4 +220,5 @@ def test_lint_still_reports_what_imported_but_exits_2_when_a_file_did_not(env, t
     [line] = error_lines(done)
     assert line.startswith(f"occflow lint: cannot import {folder / 'missing.py'}: ModuleNotFoundError")
     report = json.loads(done.stdout)
-    assert report["counts"]["corrupts_data"] == 3 and report["import_errors"] == [line.removeprefix("occflow lint: ")]
+    assert report["summary"]["by_kind"]["serialized"] == 4
+    assert report["summary"]["import_errors"] == [line.removeprefix("occflow lint: ")]

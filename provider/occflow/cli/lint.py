@@ -1,5 +1,6 @@
-"""``occflow lint DAG_FOLDER``: pairs of declared writes that can run together and would conflict,
-or would both commit and corrupt the data (listed first)."""
+"""``occflow lint DAG_FOLDER``: pairs of declared writes that can run together and would conflict
+or corrupt data, and (as information) the pairs admission serializes. A CI gate: exit 1 only
+for new unprotected findings (see ``occflow.lint.report``); docs/lint.md."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import argparse
 import json
 import sys
 
+from ..lint.baseline import read_baseline, write_baseline
+from ..lint.config import load_config
 from ..lint.dagscan import ScannedFolder, scan_dag_folder
-from ..lint.planning import Collision, FindingKind, collisions
+from ..lint.report import lint
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -17,8 +20,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--window", type=float, default=60.0, metavar="MINUTES",
                    help="runs of two DAGs starting this close may overlap (default 60: a run's length)")
     p.add_argument("--format", choices=["text", "json"], default="text")
+    p.add_argument("--baseline", metavar="FILE",
+                   help="findings in this file are known: only new ones fail (default: the config's baseline)")
+    p.add_argument("--write-baseline", metavar="FILE",
+                   help="write the current unprotected, unsuppressed findings to FILE and exit 0")
+    p.add_argument("--config", metavar="FILE",
+                   help="lint settings (default: the closest .occflow-lint.toml or pyproject.toml "
+                        "with [tool.occflow.lint] at or above DAG_FOLDER)")
+    p.add_argument("--show-all", action="store_true",
+                   help="text output: also list suppressed findings and those in the baseline")
     p.add_argument("--exit-zero", action="store_true",
-                   help="exit 0 even when conflicts are found (pairs that corrupt data still exit 1)")
+                   help="exit 0 even when new conflicts are found (new pairs that corrupt data still exit 1)")
     p.set_defaults(func=_lint)
 
 
@@ -32,37 +44,26 @@ def scan_for(command: str, folder: str) -> ScannedFolder | None:
 
 
 def _lint(args: argparse.Namespace) -> int:
+    config = load_config(args.dag_folder, args.config)  # settings errors first: nothing scanned yet
+    baseline_path = args.baseline or (None if args.write_baseline else config.baseline)
+    baseline = read_baseline(baseline_path) if baseline_path else None
     scanned = scan_for("lint", args.dag_folder)
     if scanned is None:
         return 2
-    found = collisions(scanned.tasks, window=args.window * 60)
-    corrupting = sum(c.kind is FindingKind.CORRUPTS_DATA for c in found)
+    report = lint(scanned, config, baseline, window=args.window * 60)
+    if args.write_baseline:
+        if scanned.import_errors:
+            print("occflow lint: baseline not written: DAG files failed to import", file=sys.stderr)
+            return 2
+        written = write_baseline(args.write_baseline, report.findings)
+        print(f"wrote {written} finding(s) to {args.write_baseline}")
+        print(report.summary_line())
+        return 0
     if args.format == "json":
-        print(json.dumps({"dags": list(scanned.dag_ids), "declared_writes": len(scanned.tasks),
-                          "counts": {kind.value: sum(c.kind is kind for c in found) for kind in FindingKind},
-                          "collisions": [c.to_dict() for c in found],
-                          "import_errors": scanned.import_problems()}, indent=2))
+        print(json.dumps(report.to_dict(args.exit_zero), indent=2))
     else:
-        for c in found:
-            _print_text(c)
-        of_which = f" ({corrupting} that corrupt data)" if corrupting else ""
-        print(f"{len(found)} collision(s){of_which} among {len(scanned.tasks)} declared write(s) in "
-              f"{len(scanned.dag_ids)} DAG(s)")
-    if scanned.import_errors:
-        return 2  # the report misses the DAGs that did not import
-    if corrupting:
-        return 1  # never waived: admission refuses such a pair whatever the profile says
-    return 0 if (not found or args.exit_zero) else 1
-
-
-def _print_text(c: Collision) -> None:
-    pair = c.first.ident if c.first.ident == c.second.ident else f"{c.first.ident} and {c.second.ident}"
-    ops = f"{c.first.write.operation.value} / {c.second.write.operation.value}"
-    flag = "CORRUPTS DATA: " if c.kind is FindingKind.CORRUPTS_DATA else ""
-    print(f"{flag}{pair}: {ops} on {c.first.write.table} [{c.footprint}]")
-    print(f"    together because: {c.why_together}")
-    for evidence in c.evidence:
-        print(f"    {evidence.describe()}")
-    # JSON carries the notes on every finding; text only where the engine's matrix is decisive.
-    for note in c.notes if c.kind is FindingKind.CORRUPTS_DATA else ():
-        print(f"    note: {note}")
+        print("\n".join(report.text(args.show_all)))
+    for unused in report.unused_suppressions:
+        if args.format == "json":
+            print(f"occflow lint: unused suppression: {unused}", file=sys.stderr)
+    return report.exit_code(args.exit_zero)

@@ -231,7 +231,7 @@ class ReferenceTable:
             footprint,
             app_id=app_id,
             app_version=app_version,
-            protocol_change=protocol_change,
+            protocol_change=footprint.protocol_change or protocol_change,
             metadata_change=footprint.metadata_change or protocol_change,
         )
         return Transaction(self, txn_id, snap, footprint, change)
@@ -250,6 +250,9 @@ class ReferenceTable:
         write_set = frozenset(written)
         if op is Operation.ALTER_METADATA:
             return Footprint(op, frozenset(), frozenset(), data_change=False, metadata_change=True), Change()
+        if op is Operation.UPGRADE_PROTOCOL:  # depends on every file; its rewrite changes no row
+            every = frozenset(f for p in self._partitions for f in snap.live_files(p))
+            return Footprint(op, None, frozenset(), every, data_change=False, metadata_change=True, protocol_change=True), Change()
         if op is Operation.INSERT_INTO:
             appended = frozenset(self._new_file(p, txn_id) for p in written)
             rows_in = {p: {f"{txn_id}-{p}-{i}": 0 for i in range(self._rows_per_insert)} for p in written}
@@ -414,7 +417,7 @@ class ReferenceTable:
     def _compact(self, part_files: _PartFiles, change: Change, fp: Footprint) -> None:
         """Merge the compacted files of each partition into the compaction's new file."""
         new_files = sorted(fp.files_added)
-        operation_rules = self.profile.rules is RuleKind.OPERATION
+        operation_rules = self.profile.rules is RuleKind.OPERATION or self.profile.compaction_follows_rows
         for p in {f.partition for f in fp.files_added}:
             files = part_files[p]
             merged: set[RowId] = set()

@@ -25,7 +25,7 @@ from ..core.errors import InvalidDeclarationError, InvalidFootprintError, Occflo
 from ..core.footprint import footprints_overlap, parse_partition_key
 from ..core.identifiers import canonical_table
 from ..core.operations import Operation
-from ..core.profiles import Profile, get_profile
+from ..core.profiles import Profile, get_profile, operations_conflict
 
 WHOLE_TABLE = "*"
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
@@ -70,22 +70,6 @@ def normalise_partition_keys(partitions: Iterable[str | Mapping[str, Any]]) -> f
             "empty footprint: name at least one partition, or ask for the whole table (whole_table=True)"
         )
     return frozenset(keys)
-
-
-def operations_conflict(
-    profile_a: Profile, op_a: Operation, profile_b: Profile, op_b: Operation
-) -> bool:
-    """Whether two writes on one footprint can make either fail.
-
-    One table should have one profile; if two declarations disagree, either matrix saying
-    "conflict" (or not knowing the other's operation) is enough to keep them apart.
-    """
-    for profile in {profile_a, profile_b}:
-        if op_a not in profile.operations or op_b not in profile.operations:
-            return True
-        if profile.conflicts(op_a, op_b):
-            return True
-    return False
 
 
 @dataclass(frozen=True)

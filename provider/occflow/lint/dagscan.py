@@ -96,18 +96,22 @@ def scan_dag_folder(folder: str | Path) -> ScannedFolder:
         dag = bag.dags[dag_id]
         firings, schedule = _firings(dag)
         for task in dag.tasks:
-            for task_id, write in _declared_writes(dag_id, task):
+            for declared in _declared_writes(dag_id, task):
                 tasks.append(
                     DeclaredTask(
                         dag_id=dag_id,
-                        task_id=task_id,
-                        write=write,
+                        task_id=declared.task_id,
+                        write=declared.write,
                         upstream=frozenset(task.get_flat_relative_ids(upstream=True)),
                         max_active_runs=int(dag.max_active_runs or 1),
                         firings=firings,
                         schedule=schedule,
                         pool=getattr(task, "pool", None),
                         engine=_engine(task),
+                        admission=declared.admission,
+                        lease_store=declared.lease_store,
+                        source=getattr(dag, "fileloc", None),
+                        map_index=declared.map_index,
                     )
                 )
     return ScannedFolder(tuple(tasks), tuple(sorted(bag.dags)), dict(bag.import_errors))
@@ -147,9 +151,19 @@ def _engine(task: Any) -> str | None:
 
 
 _DECLARATION_ARGS = ("table", "operation", "profile", "table_format", "partitions", "reads_whole_table")
+_ADMISSION_ARGS = ("admission", "lease_store_url")
 
 
-def _declared_writes(dag_id: str, task: Any) -> list[tuple[str, WriteDeclaration]]:
+@dataclass(frozen=True)
+class _Declared:
+    task_id: str
+    write: WriteDeclaration
+    admission: bool
+    lease_store: str | None
+    map_index: int | None = None
+
+
+def _declared_writes(dag_id: str, task: Any) -> list[_Declared]:
     """A task's declared write; a mapped task's, one per mapped instance.
 
     Airflow builds a mapped task without calling the operator's ``__init__``, so its declaration
@@ -163,25 +177,20 @@ def _declared_writes(dag_id: str, task: Any) -> list[tuple[str, WriteDeclaration
                 f"{dag_id}.{task.task_id}: occflow_write must be a WriteDeclaration "
                 f"(WriteDeclaration.create(...)), got {type(write).__name__}"
             )
-        return [(task.task_id, write)]
+        admission = getattr(task, "admission", False)
+        store = getattr(task, "lease_store_url", None)
+        return [_Declared(task.task_id, write, admission is True, store if isinstance(store, str) else None)]
     partial_kwargs = getattr(task, "partial_kwargs", None)
     operator_class = getattr(task, "operator_class", None)
     if not isinstance(partial_kwargs, dict) or "table" not in partial_kwargs:
         return []
     if not isinstance(operator_class, type) or not hasattr(operator_class, "default_table_format"):
         return []
-    fixed = {k: partial_kwargs[k] for k in _DECLARATION_ARGS if k in partial_kwargs}
-    expanded = getattr(getattr(task, "expand_input", None), "value", None)
-    instances: list[dict[str, Any]] = [{}]
-    if isinstance(expanded, dict):
-        mapped = {k: v for k, v in expanded.items() if k in _DECLARATION_ARGS}
-        if mapped and all(isinstance(v, list) for v in mapped.values()):
-            instances = [dict(zip(mapped, values, strict=False)) for values in zip(*mapped.values(), strict=False)]
-        elif mapped:  # mapped over an upstream result: unknown footprint, assume the whole table
-            instances = [{"partitions": None}]
+    fixed = {k: partial_kwargs[k] for k in (*_DECLARATION_ARGS, *_ADMISSION_ARGS) if k in partial_kwargs}
+    instances = _mapped_instances(getattr(getattr(task, "expand_input", None), "value", None))
     out = []
     for index, extra in enumerate(instances):
-        args = {**fixed, **extra}
+        args = {"admission": True, **fixed, **extra}  # occflow's operators admit by default
         if args.get("table_format") is None and not args.get("profile"):
             args["table_format"] = operator_class.default_table_format
         write = WriteDeclaration.create(
@@ -193,8 +202,27 @@ def _declared_writes(dag_id: str, task: Any) -> list[tuple[str, WriteDeclaration
             reads_whole_table=bool(args.get("reads_whole_table", False)),
             allow_templates=True,
         )
-        out.append((f"{task.task_id}[{index}]" if len(instances) > 1 else task.task_id, write))
+        mapped = len(instances) > 1
+        store = args.get("lease_store_url")
+        out.append(_Declared(f"{task.task_id}[{index}]" if mapped else task.task_id, write,
+                             args["admission"] is True, store if isinstance(store, str) else None,
+                             index if mapped else None))
     return out
+
+
+def _mapped_instances(expanded: Any) -> list[dict[str, Any]]:
+    """The declaration arguments of each mapped instance (``[{}]``: one, nothing mapped)."""
+    if not isinstance(expanded, dict):
+        return [{}]
+    mapped = {k: v for k, v in expanded.items() if k in (*_DECLARATION_ARGS, *_ADMISSION_ARGS)}
+    if mapped and all(isinstance(v, list) for v in mapped.values()):
+        return [dict(zip(mapped, values, strict=False)) for values in zip(*mapped.values(), strict=False)]
+    if mapped:  # mapped over an upstream result: unknown footprint, assume the whole table
+        unknown: dict[str, Any] = {"partitions": None}
+        if "admission" in mapped:
+            unknown["admission"] = False  # unknown at parse time: not counted as protection
+        return [unknown]
+    return [{}]
 
 
 def describe_tasks(tasks: Sequence[DeclaredTask]) -> list[str]:

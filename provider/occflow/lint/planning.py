@@ -42,10 +42,32 @@ class DeclaredTask:
     pool: str | None = None
     # The engine that really commits the write (the operator's ``engine_name``), if known.
     engine: str | None = None
+    # Whether the task takes an admission lease before writing (occflow's operators, unless
+    # ``admission=False``), and from which lease store (``None``: the configured default).
+    admission: bool = False
+    lease_store: str | None = None
+    source: str | None = None  # the DAG file
+    map_index: int | None = None  # a mapped task's instance (``task_id`` then ends in ``[i]``)
 
     @property
     def ident(self) -> str:
         return f"{self.dag_id}.{self.task_id}"
+
+    @property
+    def base_task_id(self) -> str:
+        """The task as the DAG names it: a mapped instance's task without its ``[i]``."""
+        return self.task_id if self.map_index is None else self.task_id.rsplit("[", 1)[0]
+
+    @property
+    def base_ident(self) -> str:
+        return f"{self.dag_id}.{self.base_task_id}"
+
+    @property
+    def admission_profile(self) -> Profile:
+        """The matrix admission applies to this task's lease: the engine's own, else the declared."""
+        if self.write.engine_profile:
+            return PROFILES[self.write.engine_profile]
+        return self.engine_profile or self.write.profile
 
     @property
     def engine_profile(self) -> Profile | None:
@@ -71,6 +93,11 @@ class FindingKind(str, enum.Enum):
 
     CORRUPTS_DATA = "corrupts_data"  # both commit and the data is wrong: must never run together
     CONFLICT = "conflict"  # one of the two fails (and retries, reschedules or is lost)
+    SERIALIZED = "serialized"  # either of the above, but admission runs the two one at a time
+
+    @property
+    def severity(self) -> str:
+        return {"corrupts_data": "error", "conflict": "warning", "serialized": "info"}[self.value]
 
 
 @dataclass(frozen=True)

@@ -81,11 +81,25 @@ def _reschedule(s: Situation) -> KindPolicy:
     return KindPolicy.reschedule(timing.reschedule_wait, timing.reschedule_stop, reason=why)
 
 
+def _fail_with_residue(s: Situation) -> KindPolicy:
+    return KindPolicy.fail(
+        f"{s.operation.value} on {s.profile.name} lost and may have left its rows behind "
+        f"({s.profile.residue_source}): a blind retry could write them twice. Check the table and the "
+        "partitions this task wrote for the failed job's rows and remove them before rerunning; occflow "
+        "cannot verify and clean up on this engine yet"
+    )
+
+
 RULES: tuple[Rule, ...] = (
     Rule(
         "not a conflict",
         lambda s: s.loss is Loss.NONE,
         lambda s: KindPolicy.default("not a conflict: the task's ordinary retries decide"),
+    ),
+    Rule(
+        "a failed write may leave data behind",
+        lambda s: s.operation in s.profile.residue_on_failure,
+        _fail_with_residue,
     ),
     Rule(
         "not retry-safe",
@@ -131,6 +145,12 @@ def _override(kind: ConflictKind, value: OverrideValue, derived: KindPolicy, sit
     for stage in policy.stages():
         if not stage.action.retries_the_write:
             continue
+        if situation.operation in situation.profile.residue_on_failure:
+            raise InvalidDeclarationError(
+                f"override for {kind.value}: {stage.action.value} is refused, a failed "
+                f"{situation.operation.value} on {situation.profile.name} may leave its rows behind "
+                f"({situation.profile.residue_source})"
+            )
         if not kind.retry_safe:
             raise InvalidDeclarationError(
                 f"override for {kind.value}: {stage.action.value} is refused, the kind is not retry-safe "

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 from ..errors import UnknownProfileError
-from . import delta, deltars, iceberg, maxcompute
-from .model import Cell, Effect, OverwriteScope, Profile, RuleKind
+from ..operations import Operation
+from . import delta, delta_rlc, deltars, iceberg, maxcompute
+from .model import Cell, Condition, Effect, OverwriteScope, Profile, RuleKind
 
 PROFILES: dict[str, Profile] = {
-    p.name: p for p in (*maxcompute.PROFILES, *delta.PROFILES, *deltars.PROFILES, *iceberg.PROFILES)
+    p.name: p for p in (
+        *maxcompute.PROFILES,
+        *delta.PROFILES,
+        *delta_rlc.PROFILES,
+        *deltars.PROFILES,
+        *iceberg.PROFILES,
+    )
 }
 
 
@@ -23,6 +30,22 @@ def get_profile(name: str | Profile) -> Profile:
         ) from None
 
 
+def operations_conflict(
+    profile_a: Profile, op_a: Operation, profile_b: Profile, op_b: Operation
+) -> bool:
+    """Whether two writes on one footprint can make either fail.
+
+    One table should have one profile; if two declarations disagree, either matrix saying
+    "conflict" (or not knowing the other's operation) is enough to keep them apart.
+    """
+    for profile in {profile_a, profile_b}:
+        if op_a not in profile.operations or op_b not in profile.operations:
+            return True
+        if profile.conflicts(op_a, op_b):
+            return True
+    return False
+
+
 def profile_names() -> list[str]:
     return list(PROFILES)
 
@@ -30,10 +53,12 @@ def profile_names() -> list[str]:
 __all__ = [
     "PROFILES",
     "Cell",
+    "Condition",
     "Effect",
     "OverwriteScope",
     "Profile",
     "RuleKind",
     "get_profile",
+    "operations_conflict",
     "profile_names",
 ]

@@ -8,7 +8,7 @@ Two sources, held side by side:
 - Delta's own conflict checker (delta-io/delta ``ConflictChecker.scala`` and the isolation-level
   choice in ``OptimisticTransaction.scala``), which decides *which* exception the loser gets.
 
-``DELTA_MATRIX`` below is the literal table: one row per (earlier, later) pair of the eight
+``DELTA_MATRIX`` below is the literal table: one row per (earlier, later) pair of the nine
 operations, for two jobs on the same partition (or unpartitioned table), with the outcome under
 each isolation level and the source of both. ``ConflictChecker`` is a port of the checker over
 two ``Footprint`` s. The matrix is stated for the canonical footprints of ``canonical_footprint``;
@@ -235,6 +235,7 @@ DELTA_OPERATIONS: tuple[Operation, ...] = (
     Op.MERGE,
     Op.OPTIMIZE,
     Op.ALTER_METADATA,
+    Op.UPGRADE_PROTOCOL,
 )
 
 
@@ -252,7 +253,8 @@ def canonical_footprint(
     ``live_files`` are the partition's files at the transaction's snapshot (F). Blind append:
     reads nothing, adds one file. INSERT OVERWRITE, TRUNCATE, UPDATE, DELETE, MERGE: read the
     partition (files_read = F), remove F, add one file (TRUNCATE none). OPTIMIZE: the same with
-    ``data_change=False``. ALTER: a metadata change, no files. ``whole_table`` (every live file
+    ``data_change=False``. ALTER: a metadata change, no files. UPGRADE_PROTOCOL: a protocol and
+    metadata change that reads every file (``read_partitions=None``) and commits none. ``whole_table`` (every live file
     of the table) makes a read-modify-write operation read the whole table, as a MERGE, UPDATE or
     DELETE whose condition names no partition does (``read_partitions=None``).
     """
@@ -264,6 +266,20 @@ def canonical_footprint(
     if strays:
         raise InvalidFootprintError(f"live files {strays} are not in partition {partition!r}")
     added = frozenset({FileRef(new_file or f"{partition}/{operation.value}.parquet", partition)})
+    if operation is Op.UPGRADE_PROTOCOL:
+        # REORG ... APPLY (UPGRADE ...): Protocol and Metadata actions, and a rewrite of every
+        # file that lacks the new feature, so it depends on the whole table (spec 004: "conflicts
+        # with all ongoing operations"). The rewrite's files are left out: it is its own commit.
+        return Footprint(
+            operation=operation,
+            read_partitions=None,
+            write_partitions=frozenset(),
+            files_read=files | frozenset(whole_table or ()),
+            data_change=False,
+            metadata_change=True,
+            protocol_change=True,
+            app_id=app_id,
+        )
     if operation is Op.ALTER_METADATA or operation is Op.INSERT_INTO:
         if whole_table is not None:
             raise InvalidFootprintError(f"{operation.value} reads no files; it cannot read the whole table")
@@ -312,6 +328,7 @@ OK_COMPACTS = Outcome(None, Effect.COMPACTION_COMPLETES)
 CONCURRENT_APPEND = Outcome(ConflictKind.CONCURRENT_APPEND, Effect.LATER_FAILS)
 DELETE_READ = Outcome(ConflictKind.CONCURRENT_DELETE_READ, Effect.LATER_FAILS)
 METADATA_CHANGED = Outcome(ConflictKind.METADATA_CHANGED, Effect.LATER_FAILS)
+PROTOCOL_CHANGED = Outcome(ConflictKind.PROTOCOL_CHANGED, Effect.LATER_FAILS)
 
 # Spec 003's write-conflicts table (rows x columns; lower triangle, unordered pairs).
 T_INS_INS = "spec 003 write conflicts [INSERT x INSERT]: cannot conflict"
@@ -326,8 +343,17 @@ RMW = "INSERT OVERWRITE/TRUNCATE read and remove the partition's files, as UPDAT
 S004_META = "spec 004: metadata changes cause all concurrent write operations to fail"
 S004_BLIND = "spec 004 ConcurrentAppendException: blind INSERTs do not conflict under WriteSerializable"
 S004_ALTER = "spec 004: ALTER TABLE is a metadata change"
+S004_UPGRADE = (
+    "spec 004: when you use REORG to apply an upgrade, table protocols change, which conflicts with all "
+    "ongoing operations"
+)
 # Delta's code.
 CC_META = "ConflictChecker.checkNoMetadataUpdates"
+CC_PROTOCOL = "ConflictChecker.checkProtocolCompatibility"
+REORG_UPGRADE = (
+    "ReorgTableForUpgradeUniformHelper.enableIcebergCompat commits Protocol and Metadata actions, then "
+    "rewrites the files lacking the feature"
+)
 CC_ADDED = "ConflictChecker.checkForAddedFilesThatShouldHaveBeenReadByCurrentTxn"
 CC_DEL_READ = "ConflictChecker.checkForDeletedFilesAgainstCurrentTxnReadFiles"
 CC_BLIND = "ConflictChecker.getFirstFileMatchingPartitionPredicates: a blind append reads nothing, no check fails"
@@ -368,6 +394,19 @@ N_OPT_OPT = (
 N_OPT_AFTER_APPEND = "the appended file is not in OPTIMIZE's snapshot: it stays uncompacted"
 N_ALTER_LATER = "ALTER reads no files (a blind append in Delta's sense) and the earlier commit changed no metadata"
 N_APPEND_LATER = "a blind append reads nothing, so nothing committed concurrently can invalidate it"
+N_UPGRADE_FIRST = (
+    "the winner changed the protocol: spec 004 fails every ongoing operation; Delta's code raises "
+    "ProtocolChangedException when the later job changes the protocol too, or the upgrade drops features or "
+    "adds ones that fail concurrent transactions, and otherwise MetadataChangedException for the properties "
+    "the upgrade sets (both fail the later job; the matrix names the spec's kind)"
+)
+N_UPGRADE_LATER = (
+    "the upgrade depends on every file of the table (it rewrites those lacking the feature) and changes "
+    "metadata, so the table's isolation level holds and blind appends count under WriteSerializable too: "
+    "any concurrent data write fails it (spec 004: it conflicts with all ongoing operations). Delta commits "
+    "the properties first (a metadata-only commit) and rewrites afterwards, so the real error may come "
+    "from either step"
+)
 
 # (earlier op, later op, outcome under Serializable, outcome under WriteSerializable, source, note)
 # Two jobs on the same partition (or unpartitioned table); "earlier" commits first; the later job
@@ -382,6 +421,7 @@ DELTA_MATRIX: tuple[tuple[Operation, Operation, Outcome, Outcome, str, str], ...
     (Op.INSERT_INTO, Op.MERGE, CONCURRENT_APPEND, OK_APPLIED, src(T_UDM_INS, S004_BLIND, CC_ADDED), N_WS_RMW),
     (Op.INSERT_INTO, Op.OPTIMIZE, OK_COMPACTS, OK_COMPACTS, src(T_OPT_INS, OT_SI), N_OPT_AFTER_APPEND),
     (Op.INSERT_INTO, Op.ALTER_METADATA, OK_APPLIED, OK_APPLIED, src(S004_ALTER, CC_META, CC_BLIND), N_ALTER_LATER),
+    (Op.INSERT_INTO, Op.UPGRADE_PROTOCOL, CONCURRENT_APPEND, CONCURRENT_APPEND, src(S004_UPGRADE, REORG_UPGRADE, CC_ADDED), N_UPGRADE_LATER),
     # earlier: INSERT OVERWRITE
     (Op.INSERT_OVERWRITE, Op.INSERT_INTO, OK_APPEND, OK_APPEND, src(T_UDM_INS, RMW, CC_BLIND), N_APPEND_LATER),
     (Op.INSERT_OVERWRITE, Op.INSERT_OVERWRITE, CONCURRENT_APPEND, CONCURRENT_APPEND, src(T_UDM_UDM, RMW, CC_ADDED), N_APPEND_FIRST),
@@ -391,6 +431,7 @@ DELTA_MATRIX: tuple[tuple[Operation, Operation, Outcome, Outcome, str, str], ...
     (Op.INSERT_OVERWRITE, Op.MERGE, CONCURRENT_APPEND, CONCURRENT_APPEND, src(T_UDM_UDM, RMW, CC_ADDED), N_APPEND_FIRST),
     (Op.INSERT_OVERWRITE, Op.OPTIMIZE, DELETE_READ, DELETE_READ, src(T_OPT_UDM, RMW, OT_SI, CC_DEL_READ), N_OPTIMIZE_LOSES),
     (Op.INSERT_OVERWRITE, Op.ALTER_METADATA, OK_APPLIED, OK_APPLIED, src(S004_ALTER, CC_META, CC_BLIND), N_ALTER_LATER),
+    (Op.INSERT_OVERWRITE, Op.UPGRADE_PROTOCOL, CONCURRENT_APPEND, CONCURRENT_APPEND, src(S004_UPGRADE, REORG_UPGRADE, CC_ADDED), N_UPGRADE_LATER),
     # earlier: TRUNCATE
     (Op.TRUNCATE, Op.INSERT_INTO, OK_APPEND, OK_APPEND, src(T_UDM_INS, RMW, CC_BLIND), N_APPEND_LATER),
     (Op.TRUNCATE, Op.INSERT_OVERWRITE, DELETE_READ, DELETE_READ, src(T_UDM_UDM, RMW, CC_DEL_READ), N_TRUNCATE_FIRST),
@@ -400,6 +441,7 @@ DELTA_MATRIX: tuple[tuple[Operation, Operation, Outcome, Outcome, str, str], ...
     (Op.TRUNCATE, Op.MERGE, DELETE_READ, DELETE_READ, src(T_UDM_UDM, RMW, CC_DEL_READ), N_TRUNCATE_FIRST),
     (Op.TRUNCATE, Op.OPTIMIZE, DELETE_READ, DELETE_READ, src(T_OPT_UDM, RMW, OT_SI, CC_DEL_READ), N_OPTIMIZE_LOSES),
     (Op.TRUNCATE, Op.ALTER_METADATA, OK_APPLIED, OK_APPLIED, src(S004_ALTER, CC_META, CC_BLIND), N_ALTER_LATER),
+    (Op.TRUNCATE, Op.UPGRADE_PROTOCOL, DELETE_READ, DELETE_READ, src(S004_UPGRADE, REORG_UPGRADE, CC_DEL_READ), N_UPGRADE_LATER),
     # earlier: UPDATE
     (Op.UPDATE, Op.INSERT_INTO, OK_APPEND, OK_APPEND, src(T_UDM_INS, CC_BLIND), N_APPEND_LATER),
     (Op.UPDATE, Op.INSERT_OVERWRITE, CONCURRENT_APPEND, CONCURRENT_APPEND, src(T_UDM_UDM, RMW, CC_ADDED), N_APPEND_FIRST),
@@ -409,6 +451,7 @@ DELTA_MATRIX: tuple[tuple[Operation, Operation, Outcome, Outcome, str, str], ...
     (Op.UPDATE, Op.MERGE, CONCURRENT_APPEND, CONCURRENT_APPEND, src(T_UDM_UDM, CC_ADDED), N_APPEND_FIRST),
     (Op.UPDATE, Op.OPTIMIZE, DELETE_READ, DELETE_READ, src(T_OPT_UDM, OT_SI, CC_DEL_READ), N_OPTIMIZE_LOSES),
     (Op.UPDATE, Op.ALTER_METADATA, OK_APPLIED, OK_APPLIED, src(S004_ALTER, CC_META, CC_BLIND), N_ALTER_LATER),
+    (Op.UPDATE, Op.UPGRADE_PROTOCOL, CONCURRENT_APPEND, CONCURRENT_APPEND, src(S004_UPGRADE, REORG_UPGRADE, CC_ADDED), N_UPGRADE_LATER),
     # earlier: DELETE
     (Op.DELETE, Op.INSERT_INTO, OK_APPEND, OK_APPEND, src(T_UDM_INS, CC_BLIND), N_APPEND_LATER),
     (Op.DELETE, Op.INSERT_OVERWRITE, CONCURRENT_APPEND, CONCURRENT_APPEND, src(T_UDM_UDM, RMW, CC_ADDED), N_APPEND_FIRST),
@@ -418,6 +461,7 @@ DELTA_MATRIX: tuple[tuple[Operation, Operation, Outcome, Outcome, str, str], ...
     (Op.DELETE, Op.MERGE, CONCURRENT_APPEND, CONCURRENT_APPEND, src(T_UDM_UDM, CC_ADDED), N_APPEND_FIRST),
     (Op.DELETE, Op.OPTIMIZE, DELETE_READ, DELETE_READ, src(T_OPT_UDM, OT_SI, CC_DEL_READ), N_OPTIMIZE_LOSES),
     (Op.DELETE, Op.ALTER_METADATA, OK_APPLIED, OK_APPLIED, src(S004_ALTER, CC_META, CC_BLIND), N_ALTER_LATER),
+    (Op.DELETE, Op.UPGRADE_PROTOCOL, CONCURRENT_APPEND, CONCURRENT_APPEND, src(S004_UPGRADE, REORG_UPGRADE, CC_ADDED), N_UPGRADE_LATER),
     # earlier: MERGE
     (Op.MERGE, Op.INSERT_INTO, OK_APPEND, OK_APPEND, src(T_UDM_INS, CC_BLIND), N_APPEND_LATER),
     (Op.MERGE, Op.INSERT_OVERWRITE, CONCURRENT_APPEND, CONCURRENT_APPEND, src(T_UDM_UDM, RMW, CC_ADDED), N_APPEND_FIRST),
@@ -427,6 +471,7 @@ DELTA_MATRIX: tuple[tuple[Operation, Operation, Outcome, Outcome, str, str], ...
     (Op.MERGE, Op.MERGE, CONCURRENT_APPEND, CONCURRENT_APPEND, src(T_UDM_UDM, CC_ADDED), N_APPEND_FIRST),
     (Op.MERGE, Op.OPTIMIZE, DELETE_READ, DELETE_READ, src(T_OPT_UDM, OT_SI, CC_DEL_READ), N_OPTIMIZE_LOSES),
     (Op.MERGE, Op.ALTER_METADATA, OK_APPLIED, OK_APPLIED, src(S004_ALTER, CC_META, CC_BLIND), N_ALTER_LATER),
+    (Op.MERGE, Op.UPGRADE_PROTOCOL, CONCURRENT_APPEND, CONCURRENT_APPEND, src(S004_UPGRADE, REORG_UPGRADE, CC_ADDED), N_UPGRADE_LATER),
     # earlier: OPTIMIZE
     (Op.OPTIMIZE, Op.INSERT_INTO, OK_APPEND, OK_APPEND, src(T_OPT_INS, CC_BLIND), N_APPEND_LATER),
     (Op.OPTIMIZE, Op.INSERT_OVERWRITE, CONCURRENT_APPEND, CONCURRENT_APPEND, src(T_OPT_UDM, RMW, CC_ADDED), N_AFTER_OPTIMIZE),
@@ -436,6 +481,7 @@ DELTA_MATRIX: tuple[tuple[Operation, Operation, Outcome, Outcome, str, str], ...
     (Op.OPTIMIZE, Op.MERGE, CONCURRENT_APPEND, CONCURRENT_APPEND, src(T_OPT_UDM, CC_ADDED), N_AFTER_OPTIMIZE),
     (Op.OPTIMIZE, Op.OPTIMIZE, DELETE_READ, DELETE_READ, src(T_OPT_OPT, OT_SI, CC_DEL_READ), N_OPT_OPT),
     (Op.OPTIMIZE, Op.ALTER_METADATA, OK_APPLIED, OK_APPLIED, src(S004_ALTER, CC_META, CC_BLIND), N_ALTER_LATER),
+    (Op.OPTIMIZE, Op.UPGRADE_PROTOCOL, CONCURRENT_APPEND, CONCURRENT_APPEND, src(S004_UPGRADE, REORG_UPGRADE, CC_ADDED), N_UPGRADE_LATER),
     # earlier: ALTER TABLE (metadata change): every later write fails
     (Op.ALTER_METADATA, Op.INSERT_INTO, METADATA_CHANGED, METADATA_CHANGED, src(S004_META, CC_META), ""),
     (Op.ALTER_METADATA, Op.INSERT_OVERWRITE, METADATA_CHANGED, METADATA_CHANGED, src(S004_META, CC_META), ""),
@@ -445,6 +491,17 @@ DELTA_MATRIX: tuple[tuple[Operation, Operation, Outcome, Outcome, str, str], ...
     (Op.ALTER_METADATA, Op.MERGE, METADATA_CHANGED, METADATA_CHANGED, src(S004_META, CC_META), ""),
     (Op.ALTER_METADATA, Op.OPTIMIZE, METADATA_CHANGED, METADATA_CHANGED, src(S004_META, CC_META), ""),
     (Op.ALTER_METADATA, Op.ALTER_METADATA, METADATA_CHANGED, METADATA_CHANGED, src(S004_META, CC_META), ""),
+    (Op.ALTER_METADATA, Op.UPGRADE_PROTOCOL, METADATA_CHANGED, METADATA_CHANGED, src(S004_META, S004_UPGRADE, CC_META), ""),
+    # earlier: REORG ... APPLY (UPGRADE ...) (a protocol change): every later write fails
+    (Op.UPGRADE_PROTOCOL, Op.INSERT_INTO, PROTOCOL_CHANGED, PROTOCOL_CHANGED, src(S004_UPGRADE, CC_PROTOCOL), N_UPGRADE_FIRST),
+    (Op.UPGRADE_PROTOCOL, Op.INSERT_OVERWRITE, PROTOCOL_CHANGED, PROTOCOL_CHANGED, src(S004_UPGRADE, CC_PROTOCOL), N_UPGRADE_FIRST),
+    (Op.UPGRADE_PROTOCOL, Op.TRUNCATE, PROTOCOL_CHANGED, PROTOCOL_CHANGED, src(S004_UPGRADE, CC_PROTOCOL), N_UPGRADE_FIRST),
+    (Op.UPGRADE_PROTOCOL, Op.UPDATE, PROTOCOL_CHANGED, PROTOCOL_CHANGED, src(S004_UPGRADE, CC_PROTOCOL), N_UPGRADE_FIRST),
+    (Op.UPGRADE_PROTOCOL, Op.DELETE, PROTOCOL_CHANGED, PROTOCOL_CHANGED, src(S004_UPGRADE, CC_PROTOCOL), N_UPGRADE_FIRST),
+    (Op.UPGRADE_PROTOCOL, Op.MERGE, PROTOCOL_CHANGED, PROTOCOL_CHANGED, src(S004_UPGRADE, CC_PROTOCOL), N_UPGRADE_FIRST),
+    (Op.UPGRADE_PROTOCOL, Op.OPTIMIZE, PROTOCOL_CHANGED, PROTOCOL_CHANGED, src(S004_UPGRADE, CC_PROTOCOL), N_UPGRADE_FIRST),
+    (Op.UPGRADE_PROTOCOL, Op.ALTER_METADATA, PROTOCOL_CHANGED, PROTOCOL_CHANGED, src(S004_UPGRADE, CC_PROTOCOL), N_UPGRADE_FIRST),
+    (Op.UPGRADE_PROTOCOL, Op.UPGRADE_PROTOCOL, PROTOCOL_CHANGED, PROTOCOL_CHANGED, src(S004_UPGRADE, CC_PROTOCOL), N_UPGRADE_FIRST),
 )
 
 def cells_for(level: IsolationLevel) -> tuple[Cell, ...]:
@@ -468,7 +525,7 @@ def cells_for(level: IsolationLevel) -> tuple[Cell, ...]:
     return tuple(cells)
 
 
-_SOURCES = (
+DELTA_SOURCES = (
     "shared/specs/003_27084d7666c983fb.txt",
     "shared/specs/004_d2e63394a8cb21c3.txt",
     "delta-io/delta spark/src/main/scala/org/apache/spark/sql/delta/ConflictChecker.scala",
@@ -479,7 +536,7 @@ _SOURCES = (
 # Kinds a Delta writer raises beyond the matrix: delete-delete (files removed without being
 # read), protocol upgrades, duplicated txnAppIds, the generic ConcurrentWriteException and the
 # commit retry budget (maxCommitRetriesExceeded).
-_EXTRA_KINDS = (
+DELTA_EXTRA_KINDS = (
     ConflictKind.CONCURRENT_DELETE_DELETE,
     ConflictKind.PROTOCOL_CHANGED,
     ConflictKind.CONCURRENT_TRANSACTION,
@@ -494,14 +551,14 @@ DELTA_SERIALIZABLE = Profile(
     isolation="Serializable (delta.isolationLevel = 'Serializable'); OPTIMIZE downgrades to SnapshotIsolation",
     rules=RuleKind.FOOTPRINT,
     overwrite_scope=OverwriteScope.FILES_READ,
-    sources=_SOURCES,
+    sources=DELTA_SOURCES,
     cells=cells_for(IsolationLevel.SERIALIZABLE),
     description=(
         "Any file added to a partition a job read fails it (ConcurrentAppend), blind appends included; "
         "removing a file a job read fails it (ConcurrentDeleteRead); a metadata change fails every "
         "concurrent writer. Blind appends and OPTIMIZE never fail because of appends."
     ),
-    extra_kinds=_EXTRA_KINDS,
+    extra_kinds=DELTA_EXTRA_KINDS,
     validator=ConflictChecker(IsolationLevel.SERIALIZABLE),
 )
 
@@ -512,14 +569,14 @@ DELTA_WRITE_SERIALIZABLE = Profile(
     isolation="WriteSerializable (Delta's default); OPTIMIZE downgrades to SnapshotIsolation",
     rules=RuleKind.FOOTPRINT,
     overwrite_scope=OverwriteScope.FILES_READ,
-    sources=_SOURCES,
+    sources=DELTA_SOURCES,
     cells=cells_for(IsolationLevel.WRITE_SERIALIZABLE),
     description=(
         "As Serializable, except that files added by blind appends do not fail a job that read their "
         "partition (unless that job changes metadata): the appended rows survive a concurrent "
         "overwrite, update, delete or merge of the files it read."
     ),
-    extra_kinds=_EXTRA_KINDS,
+    extra_kinds=DELTA_EXTRA_KINDS,
     validator=ConflictChecker(IsolationLevel.WRITE_SERIALIZABLE),
 )
 

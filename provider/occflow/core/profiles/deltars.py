@@ -43,11 +43,19 @@ from .model import Cell, Effect, OverwriteScope, Profile, RuleKind
 
 #: Operations whose ``DeltaOperation`` carries no read predicate in delta-rs.
 NO_READ_PREDICATE: frozenset[Operation] = frozenset({Op.INSERT_INTO, Op.OPTIMIZE, Op.ALTER_METADATA})
+#: Whole-table forms with no predicate either: ``write_deltalake(mode="overwrite")`` without a
+#: predicate and ``DeltaTable.delete()`` without one (what the engine runs on an unpartitioned table).
+#: A whole-table UPDATE / DELETE may still carry a predicate on other columns; a whole-table MERGE
+#: is delta-rs's ``read_whole_table`` (no predicate: every added file counts).
+NO_PREDICATE_WHEN_WHOLE_TABLE: frozenset[Operation] = frozenset({Op.INSERT_OVERWRITE, Op.TRUNCATE})
 
 
 def reads_every_file(fp: Footprint) -> bool:
-    """delta-rs counts every file of the snapshot as read when the operation has no predicate."""
-    return fp.operation in NO_READ_PREDICATE
+    """delta-rs counts every file of the snapshot as read when the operation has no predicate,
+    and then runs no added-files check (``read_predicates`` is ``None``, ``read_whole_table`` false)."""
+    if fp.operation in NO_READ_PREDICATE:
+        return True
+    return fp.read_whole_table and fp.operation in NO_PREDICATE_WHEN_WHOLE_TABLE
 
 
 def _data_removes(winner: Footprint) -> list[str]:
@@ -64,7 +72,7 @@ def check_added_files_read(current: Footprint, winner: Footprint, level: Isolati
     """
     if level is IsolationLevel.SERIALIZABLE and not current.data_change and not current.metadata_change:
         return None
-    if reads_every_file(current) and not current.read_whole_table:
+    if reads_every_file(current):
         return None
     for added in sorted(winner.files_added):
         if current.read_partitions is None or added.partition in current.read_partitions or added.partition == "":
@@ -160,6 +168,12 @@ N_OPT_OPT = (
 )
 N_AFTER_OPTIMIZE_APPEND = "OPTIMIZE's removes carry dataChange=false and are not checked"
 N_APPEND_FIRST = "the earlier commit's new file lands in the partition the later job read; that check runs first"
+N_NO_PREDICATE = (
+    "with the partition as predicate; without a predicate (the whole table, e.g. an unpartitioned table) "
+    "delta-rs runs no added-files check: ConcurrentDeleteRead after a data-changing removal, a commit after an "
+    "append (the appended rows survive), and after OPTIMIZE a commit that leaves the compacted rows in place "
+    "(delta-rs#3982; observed with deltalake 1.6.6)"
+)
 
 OK_APPEND = (None, Effect.APPEND)
 OK_APPLIED = (None, Effect.APPLIED)
@@ -174,8 +188,8 @@ Outcome = tuple[ConflictKind | None, Effect]
 DELTA_RS_MATRIX: tuple[tuple[Operation, Operation, Outcome, str, str], ...] = (
     # earlier: INSERT INTO (delta-rs append)
     (Op.INSERT_INTO, Op.INSERT_INTO, OK_APPEND, S_NO_PRED, ""),
-    (Op.INSERT_INTO, Op.INSERT_OVERWRITE, APPEND, S_ADDED, N_NOT_BLIND),
-    (Op.INSERT_INTO, Op.TRUNCATE, APPEND, S_ADDED, N_NOT_BLIND),
+    (Op.INSERT_INTO, Op.INSERT_OVERWRITE, APPEND, S_ADDED, f"{N_NOT_BLIND}; {N_NO_PREDICATE}"),
+    (Op.INSERT_INTO, Op.TRUNCATE, APPEND, S_ADDED, f"{N_NOT_BLIND}; {N_NO_PREDICATE}"),
     (Op.INSERT_INTO, Op.UPDATE, APPEND, S_ADDED, N_NOT_BLIND),
     (Op.INSERT_INTO, Op.DELETE, APPEND, S_ADDED, N_NOT_BLIND),
     (Op.INSERT_INTO, Op.MERGE, APPEND, S_ADDED, N_NOT_BLIND),
@@ -183,8 +197,8 @@ DELTA_RS_MATRIX: tuple[tuple[Operation, Operation, Outcome, str, str], ...] = (
     (Op.INSERT_INTO, Op.ALTER_METADATA, OK_APPLIED, S_NO_PRED, ""),
     # earlier: INSERT OVERWRITE (write mode=overwrite with the partition as predicate)
     (Op.INSERT_OVERWRITE, Op.INSERT_INTO, DELETE_READ, S_DEL_READ_ALL, N_APPEND_FAILS),
-    (Op.INSERT_OVERWRITE, Op.INSERT_OVERWRITE, APPEND, S_ADDED, N_APPEND_FIRST),
-    (Op.INSERT_OVERWRITE, Op.TRUNCATE, APPEND, S_ADDED, N_APPEND_FIRST),
+    (Op.INSERT_OVERWRITE, Op.INSERT_OVERWRITE, APPEND, S_ADDED, f"{N_APPEND_FIRST}; {N_NO_PREDICATE}"),
+    (Op.INSERT_OVERWRITE, Op.TRUNCATE, APPEND, S_ADDED, f"{N_APPEND_FIRST}; {N_NO_PREDICATE}"),
     (Op.INSERT_OVERWRITE, Op.UPDATE, APPEND, S_ADDED, N_APPEND_FIRST),
     (Op.INSERT_OVERWRITE, Op.DELETE, APPEND, S_ADDED, N_APPEND_FIRST),
     (Op.INSERT_OVERWRITE, Op.MERGE, APPEND, S_ADDED, N_APPEND_FIRST),
@@ -192,8 +206,8 @@ DELTA_RS_MATRIX: tuple[tuple[Operation, Operation, Outcome, str, str], ...] = (
     (Op.INSERT_OVERWRITE, Op.ALTER_METADATA, DELETE_READ, S_DEL_READ_ALL, N_ALTER_AFTER_REWRITE),
     # earlier: TRUNCATE (delete with the partition as predicate: removes, adds nothing)
     (Op.TRUNCATE, Op.INSERT_INTO, DELETE_READ, S_DEL_READ_ALL, N_APPEND_FAILS),
-    (Op.TRUNCATE, Op.INSERT_OVERWRITE, DELETE_READ, S_DEL_READ, ""),
-    (Op.TRUNCATE, Op.TRUNCATE, DELETE_READ, S_DEL_READ, ""),
+    (Op.TRUNCATE, Op.INSERT_OVERWRITE, DELETE_READ, S_DEL_READ, N_NO_PREDICATE),
+    (Op.TRUNCATE, Op.TRUNCATE, DELETE_READ, S_DEL_READ, N_NO_PREDICATE),
     (Op.TRUNCATE, Op.UPDATE, DELETE_READ, S_DEL_READ, ""),
     (Op.TRUNCATE, Op.DELETE, DELETE_READ, S_DEL_READ, ""),
     (Op.TRUNCATE, Op.MERGE, DELETE_READ, S_DEL_READ, ""),
@@ -201,8 +215,8 @@ DELTA_RS_MATRIX: tuple[tuple[Operation, Operation, Outcome, str, str], ...] = (
     (Op.TRUNCATE, Op.ALTER_METADATA, DELETE_READ, S_DEL_READ_ALL, N_ALTER_AFTER_REWRITE),
     # earlier: UPDATE
     (Op.UPDATE, Op.INSERT_INTO, DELETE_READ, S_DEL_READ_ALL, N_APPEND_FAILS),
-    (Op.UPDATE, Op.INSERT_OVERWRITE, APPEND, S_ADDED, N_APPEND_FIRST),
-    (Op.UPDATE, Op.TRUNCATE, APPEND, S_ADDED, N_APPEND_FIRST),
+    (Op.UPDATE, Op.INSERT_OVERWRITE, APPEND, S_ADDED, f"{N_APPEND_FIRST}; {N_NO_PREDICATE}"),
+    (Op.UPDATE, Op.TRUNCATE, APPEND, S_ADDED, f"{N_APPEND_FIRST}; {N_NO_PREDICATE}"),
     (Op.UPDATE, Op.UPDATE, APPEND, S_ADDED, N_APPEND_FIRST),
     (Op.UPDATE, Op.DELETE, APPEND, S_ADDED, N_APPEND_FIRST),
     (Op.UPDATE, Op.MERGE, APPEND, S_ADDED, N_APPEND_FIRST),
@@ -210,8 +224,8 @@ DELTA_RS_MATRIX: tuple[tuple[Operation, Operation, Outcome, str, str], ...] = (
     (Op.UPDATE, Op.ALTER_METADATA, DELETE_READ, S_DEL_READ_ALL, N_ALTER_AFTER_REWRITE),
     # earlier: DELETE
     (Op.DELETE, Op.INSERT_INTO, DELETE_READ, S_DEL_READ_ALL, N_APPEND_FAILS),
-    (Op.DELETE, Op.INSERT_OVERWRITE, APPEND, S_ADDED, N_APPEND_FIRST),
-    (Op.DELETE, Op.TRUNCATE, APPEND, S_ADDED, N_APPEND_FIRST),
+    (Op.DELETE, Op.INSERT_OVERWRITE, APPEND, S_ADDED, f"{N_APPEND_FIRST}; {N_NO_PREDICATE}"),
+    (Op.DELETE, Op.TRUNCATE, APPEND, S_ADDED, f"{N_APPEND_FIRST}; {N_NO_PREDICATE}"),
     (Op.DELETE, Op.UPDATE, APPEND, S_ADDED, N_APPEND_FIRST),
     (Op.DELETE, Op.DELETE, APPEND, S_ADDED, N_APPEND_FIRST),
     (Op.DELETE, Op.MERGE, APPEND, S_ADDED, N_APPEND_FIRST),
@@ -219,8 +233,8 @@ DELTA_RS_MATRIX: tuple[tuple[Operation, Operation, Outcome, str, str], ...] = (
     (Op.DELETE, Op.ALTER_METADATA, DELETE_READ, S_DEL_READ_ALL, N_ALTER_AFTER_REWRITE),
     # earlier: MERGE
     (Op.MERGE, Op.INSERT_INTO, DELETE_READ, S_DEL_READ_ALL, N_APPEND_FAILS),
-    (Op.MERGE, Op.INSERT_OVERWRITE, APPEND, S_ADDED, N_APPEND_FIRST),
-    (Op.MERGE, Op.TRUNCATE, APPEND, S_ADDED, N_APPEND_FIRST),
+    (Op.MERGE, Op.INSERT_OVERWRITE, APPEND, S_ADDED, f"{N_APPEND_FIRST}; {N_NO_PREDICATE}"),
+    (Op.MERGE, Op.TRUNCATE, APPEND, S_ADDED, f"{N_APPEND_FIRST}; {N_NO_PREDICATE}"),
     (Op.MERGE, Op.UPDATE, APPEND, S_ADDED, N_APPEND_FIRST),
     (Op.MERGE, Op.DELETE, APPEND, S_ADDED, N_APPEND_FIRST),
     (Op.MERGE, Op.MERGE, APPEND, S_ADDED, N_APPEND_FIRST),
@@ -228,8 +242,8 @@ DELTA_RS_MATRIX: tuple[tuple[Operation, Operation, Outcome, str, str], ...] = (
     (Op.MERGE, Op.ALTER_METADATA, DELETE_READ, S_DEL_READ_ALL, N_ALTER_AFTER_REWRITE),
     # earlier: OPTIMIZE (compact; dataChange=false)
     (Op.OPTIMIZE, Op.INSERT_INTO, OK_APPEND, S_DC_FALSE, N_AFTER_OPTIMIZE_APPEND),
-    (Op.OPTIMIZE, Op.INSERT_OVERWRITE, APPEND, S_ADDED, N_APPEND_FIRST),
-    (Op.OPTIMIZE, Op.TRUNCATE, APPEND, S_ADDED, N_APPEND_FIRST),
+    (Op.OPTIMIZE, Op.INSERT_OVERWRITE, APPEND, S_ADDED, f"{N_APPEND_FIRST}; {N_NO_PREDICATE}"),
+    (Op.OPTIMIZE, Op.TRUNCATE, APPEND, S_ADDED, f"{N_APPEND_FIRST}; {N_NO_PREDICATE}"),
     (Op.OPTIMIZE, Op.UPDATE, APPEND, S_ADDED, N_APPEND_FIRST),
     (Op.OPTIMIZE, Op.DELETE, APPEND, S_ADDED, N_APPEND_FIRST),
     (Op.OPTIMIZE, Op.MERGE, APPEND, S_ADDED, N_APPEND_FIRST),

@@ -147,7 +147,8 @@ class Check:
         if self.snapshot_operations is not None and operation not in self.snapshot_operations:
             return ()
         if self.looks is Looks.REMOVED_OF_MINE:
-            return tuple(sorted(winner.files_removed & current.files_removed))
+            # Liveness, not removal: a winner that rewrote a file into itself left it live.
+            return tuple(sorted((winner.files_removed - winner.files_added) & current.files_removed))
         # The conflict detection filter is the scan's filter: its partitions, or the whole table.
         scope = current.read_partitions
         return tuple(sorted(f for f in winner.files_added if scope is None or f.partition in scope))

@@ -29,6 +29,17 @@ class Effect(str, enum.Enum):
         return self is Effect.DUPLICATES_ROWS
 
 
+class Condition(str, enum.Enum):
+    """When a failing cell fails: always, or only when both jobs modify the same rows."""
+
+    ALWAYS = "always"
+    # Row-level concurrency (spec 004): the pair conflicts only when both jobs modify the same
+    # rows; on different rows both commit and the later change applies on top. occflow cannot
+    # see rows, so admission, the DAG linter and the reference engine treat every overlapping
+    # footprint as "the same rows" (the cell's exception); the engine may still let it commit.
+    SAME_ROWS = "same_rows"
+
+
 class RuleKind(str, enum.Enum):
     """How the reference engine validates a commit for this profile."""
 
@@ -54,12 +65,17 @@ class Cell:
     effect: Effect
     source: str
     note: str = ""
+    condition: Condition = Condition.ALWAYS
 
     def __post_init__(self) -> None:
         if self.later_fails != (self.exception is not None):
             raise ValueError(f"{self.earlier.value}->{self.later.value}: a failing cell needs an exception")
         if self.later_fails != (self.effect is Effect.LATER_FAILS):
             raise ValueError(f"{self.earlier.value}->{self.later.value}: effect disagrees with outcome")
+        if self.condition is Condition.SAME_ROWS and not self.later_fails:
+            raise ValueError(
+                f"{self.earlier.value}->{self.later.value}: only a failing cell can fail on the same rows only"
+            )
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -70,6 +86,7 @@ class Cell:
             "effect": self.effect.value,
             "source": self.source,
             "note": self.note,
+            "condition": self.condition.value,
         }
 
 
@@ -88,6 +105,14 @@ class Profile:
     description: str = ""
     # Kinds the engine for this format can raise beyond the matrix (metadata lock, unknown state).
     extra_kinds: tuple[ConflictKind, ...] = ()
+    # Operations that, when they fail on this format, may leave their data behind (spec 000:
+    # a MaxCompute standard-table INTO job), with the source: the policy never retries them.
+    residue_on_failure: tuple[Operation, ...] = ()
+    residue_source: str = ""
+    # A compaction whose files a concurrent write rewrote commits anyway and compacts the files
+    # that now hold its rows (Delta with deletion vectors, spec 004); MaxCompute's operation rules
+    # always do (smart conflict resolution).
+    compaction_follows_rows: bool = False
     # For FOOTPRINT rules: the format's commit validator (a port of its conflict checker).
     validator: Validator | None = field(default=None, compare=False)
     _index: dict[tuple[Operation, Operation], Cell] = field(init=False, repr=False, compare=False)
@@ -107,6 +132,11 @@ class Profile:
         missing = [(a.value, b.value) for a in ops for b in ops if (a, b) not in index]
         if missing:
             raise ValueError(f"profile {self.name}: matrix is missing cells {missing}")
+        if bool(self.residue_on_failure) != bool(self.residue_source):
+            raise ValueError(f"profile {self.name}: operations that leave residue need a source, and only they")
+        strays = [op.value for op in self.residue_on_failure if op not in self._operations]
+        if strays:
+            raise ValueError(f"profile {self.name}: residue_on_failure names operations outside the matrix: {strays}")
         if (self.rules is RuleKind.FOOTPRINT) != (self.validator is not None):
             raise ValueError(f"profile {self.name}: footprint rules need a validator, operation rules none")
         object.__setattr__(self, "_index", index)
