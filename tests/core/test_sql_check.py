@@ -149,3 +149,63 @@ def test_without_known_catalogs_a_name_without_catalog_matches_any() -> None:
     check_sql_write("DELETE FROM lake.db.events", loose, None, catalogs_known=False)
     with pytest.raises(InvalidDeclarationError, match="writes lake.db.other"):
         check_sql_write("DELETE FROM lake.db.other", loose, None, catalogs_known=False)
+
+
+def partitioned(operation: str, partitions: object, reads_whole_table: bool = False) -> WriteDeclaration:
+    return WriteDeclaration.create(
+        "db.events", operation, "iceberg-serializable", partitions=partitions,  # type: ignore[arg-type]
+        catalog="lake", reads_whole_table=reads_whole_table, allow_templates=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("sql", "operation", "partitions", "why"),
+    [
+        # the SQL touches a partition the task does not declare
+        ("DELETE FROM lake.db.events WHERE ds = '2024-01-02'", "delete", {"ds": "2024-01-01"}, "may touch ds=2024-01-02"),
+        ("DELETE FROM lake.db.events WHERE ds >= '2024-01-01'", "delete", {"ds": "2024-01-01"}, "may touch ds>=2024-01-01"),
+        ("DELETE FROM lake.db.events WHERE id = 3", "delete", {"ds": "2024-01-01"}, "reads the whole table"),
+        ("MERGE INTO lake.db.events t USING lake.db.src s ON t.id = s.id AND t.ds = s.ds WHEN MATCHED THEN DELETE",
+         "merge", {"ds": "2024-01-01"}, "MERGE ON names no partition column"),
+        ("INSERT OVERWRITE lake.db.events SELECT * FROM lake.db.src", "insert_overwrite", {"ds": "2024-01-01"},
+         "whole table|any partition"),
+        # an INSERT reading its own target is a MERGE (spec 004, note (1))
+        ("INSERT INTO lake.db.events SELECT * FROM lake.db.src s WHERE NOT EXISTS "
+         "(SELECT 1 FROM lake.db.events e WHERE e.id = s.id)", "insert_into", None, "is a merge but the task declares insert_into"),
+    ],
+)
+def test_a_declaration_narrower_than_its_sql_is_refused(sql: str, operation: str, partitions: object, why: str) -> None:
+    with pytest.raises(InvalidDeclarationError, match=why):
+        check_sql_write(sql, partitioned(operation, partitions), sql_catalog="spark_catalog")
+
+
+@pytest.mark.parametrize(
+    ("sql", "operation", "partitions"),
+    [
+        ("DELETE FROM lake.db.events WHERE ds = '2024-01-01' AND id = 3", "delete", {"ds": "2024-01-01"}),
+        ("DELETE FROM lake.db.events WHERE ds IN ('2024-01-01', '2024-01-02')", "delete",
+         [{"ds": "2024-01-01"}, {"ds": "2024-01-02"}]),
+        ("MERGE INTO lake.db.events t USING lake.db.src s ON t.id = s.id AND t.ds = '2024-01-01' "
+         "WHEN MATCHED THEN DELETE", "merge", {"ds": "2024-01-01"}),
+        ("INSERT INTO lake.db.events PARTITION (ds = '2024-01-01') SELECT id FROM lake.db.src", "insert_into",
+         {"ds": "2024-01-01"}),
+        # wider than the SQL: accepted (admission keeps more apart)
+        ("DELETE FROM lake.db.events WHERE ds = '2024-01-01' AND country = 'NL'", "delete", {"ds": "2024-01-01"}),
+        ("INSERT INTO lake.db.events SELECT * FROM lake.db.events_staging", "insert_into", None),
+        ("INSERT INTO lake.db.events SELECT * FROM lake.db.events", "merge", None),
+    ],
+)
+def test_a_declaration_that_holds_its_sql_is_accepted(sql: str, operation: str, partitions: object) -> None:
+    check_sql_write(sql, partitioned(operation, partitions), sql_catalog="spark_catalog")
+
+
+def test_templated_values_and_unknown_catalogs_compare_partition_columns_only() -> None:
+    sql = "DELETE FROM lake.db.events WHERE ds = '2024-01-02'"
+    # values still Jinja: only the columns are compared now, the values after rendering
+    check_sql_write(sql, partitioned("delete", {"ds": "{{ ds }}"}), sql_catalog="spark_catalog")
+    # DAG parse time without the connection: the same
+    check_sql_write(sql, partitioned("delete", {"ds": "2024-01-01"}), None, catalogs_known=False)
+    with pytest.raises(InvalidDeclarationError, match=r"\(country, ds\)"):
+        check_sql_write(sql, partitioned("delete", {"ds": "{{ ds }}", "country": "NL"}), sql_catalog="spark_catalog")
+    with pytest.raises(InvalidDeclarationError, match="may touch ds=2024-01-02"):
+        check_sql_write(sql, partitioned("delete", {"ds": "2024-01-01"}), sql_catalog="spark_catalog")

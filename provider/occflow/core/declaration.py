@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidDeclarationError, InvalidFootprintError
-from .identifiers import canonical_table, canonical_value, table_parts
+from .identifiers import canonical_table, table_parts
 from .operations import Operation
 from .profiles import Cell, Profile, get_profile
+from .ranges import canonical_spec_value, key_value_parts
 
 _PARTITION_COLUMN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TEMPLATE_RE = re.compile(r"\{\{.*?\}\}|\{%.*?%\}")
@@ -41,7 +42,8 @@ def validate_table_identifier(table: str) -> str:
 
 def partition_key(values: Mapping[str, Any]) -> str:
     """``{"ds": "2024-01-01", "country": "NL"}`` -> ``"country=NL/ds=2024-01-01"``: columns
-    sorted and lower-cased, values canonical (``1``, ``1.0`` and ``"1"`` are one value)."""
+    sorted and lower-cased, values canonical (``1``, ``1.0`` and ``"1"`` are one value); a
+    ``core.ranges.ValueRange`` value gives its bounds (``ds>=2024-01-01/ds<2024-02-01``)."""
     if not isinstance(values, Mapping) or not values:
         raise InvalidFootprintError(
             f"a partition spec is a non-empty mapping of column to value, got {values!r}"
@@ -58,7 +60,7 @@ def partition_key(values: Mapping[str, Any]) -> str:
             raise InvalidFootprintError(
                 f"partition value for {column!r} must be a scalar, got {value!r}"
             )
-        parts.append(f"{column.lower()}={canonical_value(column, value)}")
+        parts.extend(key_value_parts(column.lower(), canonical_spec_value(column, value)))
     return "/".join(parts)
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import operator
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -11,12 +9,12 @@ from typing import TypeVar
 from .errors import InvalidFootprintError
 from .kinds import ConflictKind
 from .operations import Operation
+from .ranges import ValueRange, parse_key_parts, values_overlap
 
 #: A partition key: ``"ds=2024-01-01/country=NL"``; ``""`` is the single partition of an
 #: unpartitioned table.
 PartitionKey = str
 
-_COLUMN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 V = TypeVar("V")
 
 
@@ -83,28 +81,20 @@ def partitions(values: Iterable[PartitionKey] | None) -> frozenset[PartitionKey]
     return out
 
 
-def parse_partition_key(key: PartitionKey) -> dict[str, str]:
-    """``"ds=2024-01-01/country=NL"`` -> ``{"ds": "2024-01-01", "country": "NL"}``."""
+def parse_partition_key(key: PartitionKey) -> dict[str, str | ValueRange]:
+    """``"ds=2024-01-01/country=NL"`` -> ``{"ds": "2024-01-01", "country": "NL"}``; a range's
+    parts, ``"ds>=2024-01-01/ds<2024-02-01"``, -> ``{"ds": ValueRange(...)}`` (``core.ranges``)."""
     if not isinstance(key, str) or not key.strip():
         raise InvalidFootprintError(f"a partition key is a non-empty string like 'ds=2024-01-01', got {key!r}")
-    spec: dict[str, str] = {}
-    for part in key.split("/"):
-        column, sep, value = part.partition("=")
-        if not sep or not _COLUMN_RE.match(column) or value == "":
-            raise InvalidFootprintError(
-                f"malformed partition key {key!r}: expected column=value pairs joined by '/', "
-                "like 'ds=2024-01-01/country=NL'"
-            )
-        if column in spec:
-            raise InvalidFootprintError(f"malformed partition key {key!r}: column {column!r} twice")
-        spec[column] = value
-    return spec
+    return parse_key_parts(key, key.split("/"))
 
 
-def specs_overlap(a: Mapping[str, V], b: Mapping[str, V], same: Callable[[V, V], bool] = operator.eq) -> bool:
+def specs_overlap(a: Mapping[str, V], b: Mapping[str, V], same: Callable[[V, V], bool] = values_overlap) -> bool:
     """Two partition specs may hold the same rows unless they disagree on a column both constrain.
 
-    ``ds=1`` overlaps ``ds=1/country=NL`` and ``country=NL``; ``ds=1`` and ``ds=2`` do not.
+    ``ds=1`` overlaps ``ds=1/country=NL`` and ``country=NL``; ``ds=1`` and ``ds=2`` do not; a
+    value and a range disagree when the value is outside the range, two ranges when they share
+    no value (``core.ranges.values_overlap``).
     ``same`` says whether two values may name one partition (the DAG linter lets a Jinja
     template match any value).
     """
@@ -112,7 +102,7 @@ def specs_overlap(a: Mapping[str, V], b: Mapping[str, V], same: Callable[[V, V],
 
 
 def overlapping_specs(
-    a: Iterable[Mapping[str, V]], b: Sequence[Mapping[str, V]], same: Callable[[V, V], bool] = operator.eq
+    a: Iterable[Mapping[str, V]], b: Sequence[Mapping[str, V]], same: Callable[[V, V], bool] = values_overlap
 ) -> tuple[Mapping[str, V], Mapping[str, V]] | None:
     """The first pair of specs, one from each footprint, that may hold the same rows."""
     for x in a:
@@ -125,8 +115,8 @@ def overlapping_specs(
 def footprints_overlap(a: frozenset[PartitionKey] | None, b: frozenset[PartitionKey] | None) -> bool:
     """Whether two footprints of one table (partition keys; ``None`` = the whole table) overlap.
 
-    They overlap unless they disagree on a column both constrain; the whole table overlaps
-    everything. Admission and the DAG linter both decide overlap by this rule.
+    They overlap unless they disagree on a column both constrain (a value outside a range, two
+    ranges that share no value); the whole table overlaps everything. Admission and the DAG linter both decide overlap by this rule.
     """
     if a is None or b is None:
         return True

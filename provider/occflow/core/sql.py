@@ -1,140 +1,26 @@
-"""What a SQL write job really does, read with sqlglot (Spark dialect) before an engine sees it.
+"""What a SQL write job really does, checked against the task's declaration before an engine sees it.
 
-A rendered value can add a statement to a job: ``WHERE ds = '{{ params.ds }}'`` with
-``x'; DROP TABLE lake.db.other; --`` is two statements. So a SQL job is read as the engine will
-run it, split into statements by the tokenizer that splits it for running (``split_statements``),
-each statement parsed; it must be exactly one write statement, on the declared table, of the
-declared operation. ``SET key = value`` statements may precede the write only when the DAG
-declares the job as a list of statements (``allow_settings``). Anything else is refused with a
-message that names the statement and what differs.
+The job is read as the engine will run it (``core.sqlread``): exactly one write statement,
+``SET key = value`` statements before it only when the DAG lists the statements. It must write
+the declared table, and its derived declaration (``core.sqlderive``: the operation, the
+partitions its conditions confine it to, whether it reads its own target) must be no more than
+the task declares. Anything else is refused with a message that names what differs.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-
-import sqlglot
-from sqlglot import ParseError, Token, TokenError, TokenType, exp
 
 from .declaration import WriteDeclaration
-from .errors import InvalidDeclarationError, UnknownOperationError
-from .identifiers import canonical_table, table_parts
-from .operations import Operation, parse_operation
+from .errors import InvalidDeclarationError
+from .identifiers import table_parts
+from .sqlderive import check_derived_against, derive_sql_write
+from .sqlread import DIALECT, SqlWrite, job_text, read_sql_write, shorten, split_statements
 
-DIALECT = "spark"
+__all__ = ["DIALECT", "SqlWrite", "check_sql_write", "job_text", "read_sql_write", "split_statements"]
 
-# Statements sqlglot's Spark dialect reads as an opaque command; occflow reads their target
-# from the tokens that follow the keyword (Delta's OPTIMIZE / REORG, Iceberg's CALL).
-_COMMAND_WRITES = ("OPTIMIZE", "REORG", "CALL")
-
-# Settings a SET may not change: where a name resolves (catalogs, the default catalog, case),
-# how the next statement is parsed (parser, ANSI keywords, ${...} substitution), or what the
-# session loads. Either would make the write that was checked differ from the write that runs.
-_FORBIDDEN_SETTINGS = (
-    "spark.sql.catalog",
-    "spark.sql.defaultcatalog",
-    "spark.sql.casesensitive",
-    "spark.sql.extensions",
-    "spark.sql.warehouse",
-    "spark.sql.parser",
-    "spark.sql.ansi",
-    "spark.sql.variable",
-    "spark.sql.legacy",
-    "spark.jars",
-    "spark.sql.hive.metastore",
-)
-_SETTING_KEY_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-
-# A node of one of these types inside the statement is a statement of its own.
-_STATEMENT_TYPES: tuple[type[exp.Expr], ...] = (
-    exp.DML,
-    exp.DDL,
-    exp.Alter,
-    exp.Drop,
-    exp.TruncateTable,
-    exp.Command,
-    exp.Use,
-    exp.Set,
-    exp.Cache,
-    exp.Uncache,
-    exp.Refresh,
-    exp.LoadData,
-    exp.Grant,
-    exp.Revoke,
-    exp.Analyze,
-    exp.Copy,
-)
-
-
-def split_statements(text: str) -> list[str]:
-    """SQL statements separated by ``;`` outside quotes and comments, as written (comments kept).
-
-    Spark SQL's tokenizer (sqlglot's Spark dialect) finds the separators; a piece that holds no
-    token (empty, or only comments) is no statement. The engine runs exactly these pieces, so
-    what ``read_sql_write`` checked is what runs.
-    """
-    statements: list[str] = []
-    start, has_token = 0, False
-    for token in _tokens(text, "the SQL job"):
-        if token.token_type is not TokenType.SEMICOLON:
-            has_token = True
-            continue
-        if has_token:
-            statements.append(text[start : token.start].strip())
-        start, has_token = token.end + 1, False
-    if has_token:
-        statements.append(text[start:].strip())
-    return statements
-
-
-@dataclass(frozen=True)
-class SqlWrite:
-    """The one write a SQL job performs: its statement, operation and target as written."""
-
-    statement: str
-    operation: Operation
-    table: str
-    settings: tuple[str, ...] = ()
-
-    def table_key(self, catalog: str | None) -> str:
-        """The target's identity; a name without a catalog is in ``catalog`` (the session's)."""
-        return canonical_table(self.table, catalog)
-
-
-def read_sql_write(text: str, allow_settings: bool = False) -> SqlWrite:
-    """The job's single write statement; an error for anything else (see the module docstring)."""
-    if not isinstance(text, str):
-        raise InvalidDeclarationError(f"a SQL job is text, got {type(text).__name__}")
-    if "${" in text:
-        # Spark substitutes ${var} / ${env:X} in the text before parsing it: what runs would
-        # not be what was checked.
-        raise InvalidDeclarationError(
-            f"SQL job {_show(text)!r} holds '${{': Spark would substitute a variable into it before "
-            "running it; render values with Airflow templates instead"
-        )
-    statements = split_statements(text)
-    if not statements:
-        raise InvalidDeclarationError(f"SQL job has no statement: {text!r}")
-    settings: list[str] = []
-    writes: list[SqlWrite] = []
-    for number, statement in enumerate(statements, 1):
-        where = f"statement {number} of {len(statements)} ({_show(statement)!r})"
-        if _first_keyword(statement) == "SET":
-            settings.append(_setting(statement, where, allow_settings))
-            if writes:
-                raise InvalidDeclarationError(f"{where}: a SET after the write changes nothing it did; remove it")
-            continue
-        writes.append(_write(statement, where))
-    if len(writes) != 1:
-        raise InvalidDeclarationError(
-            f"SQL job {_show(text)!r} holds no write statement" if not writes else
-            f"SQL job holds {len(writes)} write statements ({'; '.join(_show(w.statement) for w in writes)}): "
-            "a write task runs exactly one"
-        )
-    found = writes[0]
-    return SqlWrite(found.statement, found.operation, found.table, tuple(settings))
+_TEMPLATE_RE = re.compile(r"\{\{|\{%")
 
 
 def check_sql_write(
@@ -143,43 +29,48 @@ def check_sql_write(
     sql_catalog: str | None,
     catalogs_known: bool = True,
 ) -> SqlWrite:
-    """``text`` (or the DAG's list of statements) is the declared write, on the declared table.
+    """``text`` (or the DAG's list of statements) is the declared write, on the declared table,
+    touching no partition the task does not declare.
 
     ``sql_catalog`` is the catalog the session resolves a name without one in. With
     ``catalogs_known=False`` (DAG parse time, before the connection is read) a name without a
-    catalog matches the same name in any catalog; the check after rendering knows the catalogs.
+    catalog matches the same name in any catalog, and partition values are not compared (they
+    may still be templates; the check after rendering compares them); so too when the declared
+    values or the SQL still hold a Jinja template. The partition columns are those the
+    declaration names; a declaration without partitions (the whole table) accepts any.
     """
-    found = read_sql_write(*job_text(text))
-    if found.operation is not declaration.operation:
+    sql, allow_settings = job_text(text)
+    found = read_sql_write(sql, allow_settings)
+    derived = derive_sql_write(found, _declared_columns(declaration))
+    if derived.operation is not declaration.operation:
+        reason = next((w for w in derived.why if "note (1)" in w), None)
         raise InvalidDeclarationError(
-            f"the SQL job's write {_show(found.statement)!r} is a {found.operation.value} but the task "
-            f"declares {declaration.operation.value}; declare the operation the job performs"
+            f"the SQL job's write {shorten(found.statement)!r} is a {derived.operation.value} but the task "
+            f"declares {declaration.operation.value}{f' ({reason})' if reason else ''}; declare the "
+            "operation the job performs"
         )
     written, declared = found.table_key(sql_catalog), declaration.table_key
     if not _same_table(written, declared, catalogs_known):
         resolved = f" (a name without a catalog is in the session's catalog {sql_catalog})" if sql_catalog else ""
         raise InvalidDeclarationError(
-            f"the SQL job's write {_show(found.statement)!r} writes {written}{resolved} but the task "
+            f"the SQL job's write {shorten(found.statement)!r} writes {written}{resolved} but the task "
             f"declares {declared}; a task writes the table it declares"
         )
+    templated = not catalogs_known or bool(_TEMPLATE_RE.search(sql)) or _templated_values(declaration)
+    check_derived_against(derived, declaration, templated=templated)
     return found
 
 
-def job_text(job: str | Sequence[str]) -> tuple[str, bool]:
-    """The text to run and whether SET statements were declared: a list of statements (each
-    exactly one) is joined; a newline before each ``;`` ends any line comment."""
-    if isinstance(job, str):
-        return job, False
-    if not isinstance(job, Sequence) or not job or not all(isinstance(s, str) for s in job):
-        raise InvalidDeclarationError(f"a SQL job is text or a non-empty list of statements, got {job!r}")
-    for number, statement in enumerate(job, 1):
-        count = len(split_statements(statement))
-        if count != 1:
-            raise InvalidDeclarationError(
-                f"statement {number} of the job's list ({_show(statement)!r}) holds {count} statements; "
-                "list each statement on its own"
-            )
-    return "\n;\n".join(job), True
+def _declared_columns(declaration: WriteDeclaration) -> list[str] | None:
+    if not declaration.partitions:
+        return None
+    return list(dict.fromkeys(c.lower() for spec in declaration.partitions for c in spec))
+
+
+def _templated_values(declaration: WriteDeclaration) -> bool:
+    return any(
+        isinstance(v, str) and bool(_TEMPLATE_RE.search(v)) for spec in declaration.partitions or () for v in spec.values()
+    )
 
 
 def _same_table(written: str, declared: str, catalogs_known: bool) -> bool:
@@ -187,194 +78,3 @@ def _same_table(written: str, declared: str, catalogs_known: bool) -> bool:
         return written == declared
     a, b = table_parts(written), table_parts(declared)
     return sorted((len(a), len(b))) == [2, 3] and a[-2:] == b[-2:]
-
-
-def _write(statement: str, where: str) -> SqlWrite:
-    keyword = _first_keyword(statement)
-    if keyword in _COMMAND_WRITES:
-        return _command_write(statement, keyword, where)
-    try:
-        trees = [t for t in sqlglot.parse(statement, read=DIALECT) if t is not None]
-    except (ParseError, TokenError) as exc:
-        raise InvalidDeclarationError(f"{where} cannot be read as Spark SQL: {str(exc).splitlines()[0]}") from None
-    if len(trees) != 1:
-        raise InvalidDeclarationError(f"{where} is not one statement")
-    tree = trees[0]
-    _refuse_nested_statements(tree, where)
-    operation, target = _operation_and_target(tree, statement, where)
-    return SqlWrite(statement, operation, _table_text(target, where))
-
-
-def _operation_and_target(tree: exp.Expr, statement: str, where: str) -> tuple[Operation, exp.Expr]:
-    if isinstance(tree, exp.Insert):
-        target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
-        # Delta's INSERT ... REPLACE WHERE replaces the rows it matches: an overwrite.
-        overwrite = bool(tree.args.get("overwrite") or tree.args.get("where"))
-        return (Operation.INSERT_OVERWRITE if overwrite else Operation.INSERT_INTO), target
-    if isinstance(tree, exp.Merge):
-        return Operation.MERGE, tree.this
-    if isinstance(tree, exp.Update):
-        return Operation.UPDATE, tree.this
-    if isinstance(tree, exp.Delete):
-        return Operation.DELETE, tree.this
-    if isinstance(tree, exp.TruncateTable):
-        if len(tree.expressions) != 1 or tree.args.get("is_database"):
-            raise InvalidDeclarationError(f"{where} truncates more than one table")
-        return Operation.TRUNCATE, tree.expressions[0]
-    if isinstance(tree, exp.Alter) and str(tree.args.get("kind") or "").upper() == "TABLE":
-        for action in tree.args.get("actions") or ():
-            if isinstance(action, (exp.AlterRename, exp.DropPartition)):
-                # A rename makes the declared table vanish; a dropped partition loses its rows.
-                raise InvalidDeclarationError(
-                    f"{where} {'renames the table' if isinstance(action, exp.AlterRename) else 'drops a partition'}: "
-                    "not a metadata change admission can order; run it outside occflow's write tasks"
-                )
-        try:
-            return parse_operation(statement), tree.this  # MaxCompute's COMPACT / MERGE SMALLFILES
-        except UnknownOperationError:
-            return Operation.ALTER_METADATA, tree.this  # any other ALTER TABLE sqlglot could read
-    raise InvalidDeclarationError(
-        f"{where} is not a write ({_kind(tree)}): a SQL job is one INSERT, MERGE, UPDATE, DELETE, "
-        "TRUNCATE, ALTER TABLE, OPTIMIZE / REORG TABLE or CALL ...rewrite_data_files statement"
-    )
-
-
-def _refuse_nested_statements(tree: exp.Expr, where: str) -> None:
-    for node in tree.walk():
-        if node is tree or not isinstance(node, _STATEMENT_TYPES):
-            continue
-        parent = node.parent
-        # MERGE's WHEN ... THEN UPDATE / INSERT / DELETE clauses and ALTER TABLE's actions
-        # (DROP COLUMN) belong to the statement; they name no table of their own.
-        in_merge = isinstance(tree, exp.Merge) and isinstance(parent, exp.When) and node.arg_key == "then"
-        in_alter = isinstance(tree, exp.Alter) and parent is tree and node.arg_key == "actions"
-        if (in_merge or in_alter) and not isinstance(node.this, exp.Table):
-            continue
-        raise InvalidDeclarationError(f"{where} holds a second statement inside it ({_kind(node)})")
-
-
-def _command_write(statement: str, keyword: str, where: str) -> SqlWrite:
-    """OPTIMIZE t / REORG TABLE t / CALL cat.system.rewrite_data_files(table => 'db.t')."""
-    operation = _parsed_operation(statement, where)
-    tokens = _tokens(statement, where)
-    if tokens and tokens[0].token_type is TokenType.COMMAND:
-        # sqlglot keeps a command's remainder as one string token: read it as tokens again.
-        tokens = _tokens(statement[tokens[0].end + 1 :], where)
-    else:
-        tokens = tokens[1:]
-    if keyword == "REORG":
-        tokens = tokens[1:] if tokens and tokens[0].token_type is TokenType.TABLE else []
-    name, rest = _dotted_name(tokens)
-    if keyword != "CALL":
-        if not name:
-            raise InvalidDeclarationError(f"{where}: {keyword} must name the table (db.table), not a path")
-        table_parts(name)  # delta.`/some/path` is a path, not a table
-        return SqlWrite(statement, operation, name)
-    return SqlWrite(statement, operation, _call_table(name, rest, where))
-
-
-def _call_table(procedure: str, rest: list[Token], where: str) -> str:
-    """The table a ``CALL`` names: ``table => 'db.t'`` or its first argument, in the catalog the
-    procedure belongs to (``lake.system.rewrite_data_files``)."""
-    if not rest or rest[0].token_type is not TokenType.L_PAREN:
-        raise InvalidDeclarationError(f"{where}: CALL needs its arguments in parentheses")
-    args = rest[1:]
-    named = [i for i, t in enumerate(args[:-2]) if t.text.lower() == "table" and args[i + 1].text == "=>"]
-    if named:
-        value = args[named[0] + 2]
-    elif args and args[0].token_type is TokenType.STRING:
-        value = args[0]
-    else:
-        raise InvalidDeclarationError(f"{where}: name the table as table => 'db.table'")
-    if value.token_type is not TokenType.STRING:
-        raise InvalidDeclarationError(f"{where}: the table argument must be a string such as 'db.table'")
-    parts = table_parts(value.text)
-    proc = table_parts(procedure)
-    return ".".join((proc[0], *parts)) if len(proc) == 3 and len(parts) == 2 else value.text
-
-
-def _dotted_name(tokens: list[Token]) -> tuple[str, list[Token]]:
-    """A leading ``a.b.c`` (back-quoted parts kept quoted) and the tokens after it."""
-    parts: list[str] = []
-    i = 0
-    while i < len(tokens) and tokens[i].token_type in (TokenType.VAR, TokenType.IDENTIFIER):
-        token = tokens[i]
-        quoted = token.token_type is TokenType.IDENTIFIER
-        parts.append("`" + token.text.replace("`", "``") + "`" if quoted else token.text)
-        i += 1
-        if i < len(tokens) and tokens[i].token_type is TokenType.DOT:
-            i += 1
-            continue
-        break
-    return ".".join(parts), tokens[i:]
-
-
-def _setting(statement: str, where: str, allowed: bool) -> str:
-    if not allowed:
-        raise InvalidDeclarationError(
-            f"{where} is a SET: a SQL job is exactly one write statement; to run settings before it, "
-            "give the job as a list of statements (job=['SET k = v', 'INSERT ...'])"
-        )
-    tokens = _tokens(statement, where)[1:]
-    eq = next((i for i, t in enumerate(tokens) if t.token_type is TokenType.EQ), None)
-    key = "".join(t.text for t in tokens[:eq]) if eq else ""
-    if not _SETTING_KEY_RE.fullmatch(key) or eq is None or eq + 1 >= len(tokens):
-        raise InvalidDeclarationError(f"{where}: a setting is written SET key = value")
-    if key.lower().startswith(_FORBIDDEN_SETTINGS):
-        raise InvalidDeclarationError(
-            f"{where}: {key} changes how the write's table name resolves or how SQL is read, so the "
-            "checked write would not be the one that runs; set it in the Spark connection instead"
-        )
-    return key
-
-
-def _table_text(target: exp.Expr | None, where: str) -> str:
-    """The target as ``catalog.db.table`` text (quoted parts back-quoted); a path, a directory,
-    a function (``IDENTIFIER(...)``) or anything but a plain name is refused."""
-    if not isinstance(target, exp.Table) or not target.parts:
-        raise InvalidDeclarationError(
-            f"{where} does not write a named table (it writes {_kind(target)}); name the table (db.table)"
-        )
-    out = []
-    for part in target.parts:
-        if not isinstance(part, exp.Identifier):
-            raise InvalidDeclarationError(f"{where}: the target table must be a plain name, not {part.sql(DIALECT)}")
-        name = part.name
-        out.append("`" + name.replace("`", "``") + "`" if part.quoted else name)
-    if len(out) == 1 and out[0].upper() == "IDENTIFIER":
-        raise InvalidDeclarationError(f"{where}: IDENTIFIER(...) names a table only at run time; write the name")
-    text = ".".join(out)
-    table_parts(text)  # the one identifier grammar (no paths, no odd characters)
-    return text
-
-
-def _parsed_operation(statement: str, where: str) -> Operation:
-    try:
-        return parse_operation(statement)
-    except UnknownOperationError as exc:
-        raise InvalidDeclarationError(f"{where} is not a write occflow knows: {exc}") from None
-
-
-def _tokens(text: str, where: str) -> list[Token]:
-    try:
-        return list(sqlglot.tokenize(text, read=DIALECT))
-    except TokenError as exc:
-        raise InvalidDeclarationError(
-            f"{where} cannot be read as Spark SQL (an unclosed quote or comment?): {exc}"
-        ) from None
-
-
-def _first_keyword(statement: str) -> str:
-    tokens = _tokens(statement, "statement")
-    return tokens[0].text.split()[0].upper() if tokens else ""
-
-
-def _kind(node: object) -> str:
-    if isinstance(node, exp.Command):
-        return f"{node.name.upper()} command"
-    return type(node).__name__.upper() if node is not None else "nothing"
-
-
-def _show(text: str) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= 160 else flat[:157] + "..."

@@ -1,0 +1,377 @@
+"""A SQL job's declaration, derived: its operation, the partitions it may touch, whether it
+reads the table it writes (issue 12).
+
+The write statement is the one ``core.sqlread.read_sql_write`` finds. Its partitions come from
+what confines it: the ``WHERE`` of an UPDATE or DELETE, the target's side of a MERGE's ``ON``
+(spec 003: a MERGE whose condition pins no partition reads the whole table), an INSERT's static
+``PARTITION (...)`` or ``REPLACE WHERE``, OPTIMIZE / REORG ``WHERE``, ``rewrite_data_files``'s
+``where``, TRUNCATE's ``PARTITION``. A condition is read by ``core.sqlpredicates``: never
+narrower than what it selects. An INSERT whose query reads its own target behaves as a MERGE
+(spec 004, note (1)); ``REORG ... APPLY (UPGRADE ...)`` changes the protocol (spec 004).
+``check_derived_against`` refuses a hand declaration that says less than the SQL does.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+
+from .declaration import WriteDeclaration, partition_key
+from .errors import InvalidDeclarationError
+from .identifiers import unquoted_parts
+from .operations import Operation
+from .ranges import canonical_spec_value, spec_json, value_within
+from .sqlpredicates import MAX_SPECS, ColumnScope, Spec, TooManySpecs, both, read_condition, read_literal
+from .sqlread import DIALECT, SqlWrite, dotted_name, first_keyword, job_text, read_sql_write, sql_tokens
+
+_COLUMN_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SPEC_003 = "spec 003"
+_NOTE_1 = "spec 004, note (1): an INSERT whose subquery reads the target has the concurrency of a MERGE"
+
+
+@dataclass(frozen=True)
+class DerivedWrite:
+    """What a SQL job writes, read from its text. ``partitions`` ``None``: the whole table;
+    values are canonical scalars or ``core.ranges.ValueRange``."""
+
+    table: str
+    operation: Operation
+    partitions: tuple[Mapping[str, Any], ...] | None
+    reads_target: bool
+    why: tuple[str, ...]
+    #: Ranges of the condition's other columns (information: delta-rs prunes files by min/max).
+    value_ranges: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    protocol_change: bool = False
+
+    def partition_keys(self) -> frozenset[str] | None:
+        """Partition keys (``core.declaration.partition_key``; ranges as ``ds>=a/ds<b``) for
+        ``core.footprint.footprints_overlap`` and leases; ``None``: the whole table."""
+        if self.partitions is None:
+            return None
+        return frozenset(partition_key(spec) for spec in self.partitions)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "table": self.table,
+            "operation": self.operation.value,
+            "partitions": None if self.partitions is None else [spec_json(s) for s in self.partitions],
+            "reads_target": self.reads_target,
+            "why": list(self.why),
+        }
+        if self.value_ranges:
+            out["value_ranges"] = spec_json(self.value_ranges)
+        if self.protocol_change:
+            out["protocol_change"] = True
+        return out
+
+
+@dataclass
+class _Reading:
+    """What one statement says, before its condition is read as partition specs."""
+
+    operation: Operation
+    reads_target: bool
+    why: list[str]
+    whole: str | None = None  # why the footprint is the whole table, whatever else it says
+    condition: exp.Expr | None = None
+    label: str = "the condition"
+    qualifiers: frozenset[str] = frozenset()
+    bare: bool = True
+    static: Spec | None = None
+
+
+def derive_write(sql: str | Sequence[str], partition_columns: Sequence[str] | None) -> DerivedWrite:
+    """The declaration a SQL job implies on a table partitioned by ``partition_columns``
+    (``None``: unknown; the operation and reads are still derived, partitions are not)."""
+    text, allow_settings = job_text(sql)
+    return derive_sql_write(read_sql_write(text, allow_settings), partition_columns)
+
+
+def derive_sql_write(found: SqlWrite, partition_columns: Sequence[str] | None) -> DerivedWrite:
+    """``derive_write`` for a statement ``read_sql_write`` has already read."""
+    columns = _columns(partition_columns)
+    reading = _read_statement(found)
+    partitions, why, ranges = _partitions(reading, columns)
+    return DerivedWrite(
+        table=found.table,
+        operation=reading.operation,
+        partitions=partitions,
+        reads_target=reading.reads_target,
+        why=tuple(reading.why + why),
+        value_ranges=ranges,
+        protocol_change=reading.operation is Operation.UPGRADE_PROTOCOL,
+    )
+
+
+def _columns(partition_columns: Sequence[str] | None) -> dict[str, str] | None:
+    if partition_columns is None:
+        return None
+    if isinstance(partition_columns, str):
+        raise InvalidDeclarationError(f"partition_columns is a list of column names, not the string {partition_columns!r}")
+    out: dict[str, str] = {}
+    for column in partition_columns:
+        if not isinstance(column, str) or not _COLUMN_RE.fullmatch(column):
+            raise InvalidDeclarationError(f"invalid partition column {column!r}: use letters, digits, _")
+        out[column.lower()] = column
+    return out
+
+
+def _read_statement(found: SqlWrite) -> _Reading:
+    if found.operation is Operation.UPGRADE_PROTOCOL:
+        why = "REORG ... APPLY (UPGRADE ...) changes the table's protocol: it conflicts with every ongoing operation (spec 004)"
+        return _Reading(found.operation, False, [why], whole=why)
+    if first_keyword(found.statement) in ("OPTIMIZE", "REORG", "CALL"):
+        return _command(found)
+    tree = sqlglot.parse_one(found.statement, read=DIALECT)
+    if isinstance(tree, exp.Insert):
+        return _insert(found, tree)
+    if isinstance(tree, exp.Merge):
+        return _merge(found, tree)
+    if isinstance(tree, (exp.Update, exp.Delete)):
+        return _update_or_delete(found, tree)
+    if isinstance(tree, exp.TruncateTable):
+        target = tree.expressions[0]
+        static = _static_spec(tree.args.get("partition"))
+        reading = _Reading(found.operation, True, [], static=static, label="the PARTITION clause")
+        if static is None:
+            reading.whole = "TRUNCATE TABLE without a PARTITION clause empties the whole table"
+        return _with_target_reads(reading, tree, target, found.table)
+    why = f"{found.operation.value} ({first_keyword(found.statement)} TABLE) changes the table's metadata: the whole table"
+    return _Reading(found.operation, found.operation.reads_table, [why], whole=why)
+
+
+def _insert(found: SqlWrite, tree: exp.Insert) -> _Reading:
+    target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
+    static = _static_spec(target.args.get("partition"))
+    reading = _Reading(found.operation, found.operation.reads_table, [], static=static, label="the PARTITION clause")
+    if tree.args.get("where") is not None:
+        reading.condition, reading.label = tree.args["where"], "REPLACE WHERE"
+        reading.qualifiers = _names(target)
+    elif static is None:
+        reading.whole = (
+            "INSERT OVERWRITE without a static PARTITION spec replaces the whole table"
+            if found.operation is Operation.INSERT_OVERWRITE
+            else "the rows' partition values come from the data (no static PARTITION clause): any partition"
+        )
+    reader = _reads_table(tree, target, found.table)
+    if reader is not None and found.operation is Operation.INSERT_INTO:
+        reading.operation = Operation.MERGE
+        reading.why.append(f"the query reads the target ({reader}): a merge, not a blind append ({_NOTE_1})")
+    return _with_target_reads(reading, tree, target, found.table)
+
+
+def _merge(found: SqlWrite, tree: exp.Merge) -> _Reading:
+    target, source = tree.this, tree.args.get("using")
+    qualifiers = _names(target)
+    reading = _Reading(found.operation, True, [], condition=tree.args.get("on"), label="MERGE ON", bare=False)
+    source_name = source.alias_or_name.lower() if isinstance(source, exp.Expr) else ""
+    if source_name in qualifiers:
+        reading.why.append(f"the source is also called {source_name!r}: no column of ON is surely the target's")
+        qualifiers = frozenset()
+    reading.qualifiers = qualifiers
+    return _with_target_reads(reading, tree, target, found.table)
+
+
+def _update_or_delete(found: SqlWrite, tree: exp.Update | exp.Delete) -> _Reading:
+    where = tree.args.get("where")
+    verb = "UPDATE" if isinstance(tree, exp.Update) else "DELETE"
+    reading = _Reading(found.operation, True, [], qualifiers=_names(tree.this), label=f"{verb} WHERE")
+    if where is None:
+        reading.whole = f"{verb} without WHERE touches every row: the whole table"
+    else:
+        reading.condition = where.this
+    return _with_target_reads(reading, tree, tree.this, found.table)
+
+
+def _with_target_reads(reading: _Reading, tree: exp.Expr, target: exp.Expr, table: str) -> _Reading:
+    """A statement that reads its target anywhere but through the target itself (a subquery,
+    a self-MERGE) reads the whole table."""
+    reader = _reads_table(tree, target, table)
+    if reader is not None:
+        reading.reads_target = True
+        reading.whole = reading.whole or f"it reads the target table in its query ({reader}): the whole table"
+    return reading
+
+
+def _reads_table(tree: exp.Expr, target: exp.Expr, table: str) -> str | None:
+    """Another reference to the target's table in the statement: a name that may resolve to it
+    (``t``, ``db.t`` and ``cat.db.t`` may all be ``cat.db.t``); a CTE's own name is not."""
+    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+    wanted = [p.lower() for p in unquoted_parts(table)]
+    for node in tree.find_all(exp.Table):
+        if node is target or not node.parts or not all(isinstance(p, exp.Identifier) for p in node.parts):
+            continue
+        parts = [p.name.lower() for p in node.parts]
+        if len(parts) == 1 and parts[0] in ctes:
+            continue
+        shorter, longer = sorted((parts, wanted), key=len)
+        if longer[len(longer) - len(shorter) :] == shorter:
+            return node.sql(dialect=DIALECT)
+    return None
+
+
+def _names(target: exp.Expr) -> frozenset[str]:
+    """What a column of the target may be qualified with: its alias, else its name."""
+    alias = target.args.get("alias")
+    return frozenset({(alias.name if alias is not None else target.name).lower()})
+
+
+def _static_spec(partition: exp.Expr | None) -> Spec | None:
+    """``PARTITION (ds = '2024-01-01', hr)``: the static values (``hr`` is dynamic)."""
+    if not isinstance(partition, exp.Partition):
+        return None
+    spec: Spec = {}
+    for item in partition.expressions:
+        if isinstance(item, exp.EQ) and isinstance(item.this, exp.Column):
+            literal = read_literal(item.this.name, item.expression)
+            if literal is not None and literal.value is not None:
+                spec[item.this.name.lower()] = literal.value
+    return spec or None
+
+
+def _command(found: SqlWrite) -> _Reading:
+    """OPTIMIZE t WHERE p ZORDER BY ..., REORG TABLE t WHERE p APPLY (PURGE),
+    CALL ...rewrite_data_files(table => 't', where => 'p')."""
+    keyword = first_keyword(found.statement)
+    tokens = sql_tokens(found.statement, "statement")
+    rest, offset = tokens[1:], 0
+    if tokens and tokens[0].token_type is sqlglot.TokenType.COMMAND:
+        offset = tokens[0].end + 1
+        rest = sql_tokens(found.statement[offset:], "statement")
+    text = found.statement[offset:]
+    qualifiers = frozenset({unquoted_parts(found.table)[-1].lower()})
+    reading = _Reading(found.operation, True, [], label=f"{keyword}'s WHERE", qualifiers=qualifiers)
+    predicate = _call_where(rest) if keyword == "CALL" else _command_where(text, rest)
+    if predicate is None:
+        reading.whole = f"{keyword} without a WHERE condition rewrites the whole table"
+        return reading
+    try:
+        reading.condition = sqlglot.parse_one(predicate, read=DIALECT, into=exp.Condition)
+    except (sqlglot.ParseError, sqlglot.TokenError):
+        reading.whole = f"{keyword}'s WHERE condition {predicate!r} cannot be read: the whole table"
+    return reading
+
+
+def _command_where(text: str, tokens: list[sqlglot.Token]) -> str | None:
+    _, after = dotted_name(tokens[1:] if tokens and tokens[0].token_type is sqlglot.TokenType.TABLE else tokens)
+    if not after or after[0].token_type is not sqlglot.TokenType.WHERE:
+        return None
+    ends = [t.start for t in after[1:] if t.text.upper() in ("ZORDER", "APPLY")]
+    return text[after[0].end + 1 : ends[0] if ends else len(text)].strip() or None
+
+
+def _call_where(tokens: list[sqlglot.Token]) -> str | None:
+    for i, token in enumerate(tokens[:-2]):
+        named = token.text.lower() == "where" and tokens[i + 1].text == "=>"
+        if named and tokens[i + 2].token_type is sqlglot.TokenType.STRING:
+            return tokens[i + 2].text
+    return None
+
+
+def _partitions(
+    reading: _Reading, columns: dict[str, str] | None
+) -> tuple[tuple[Mapping[str, Any], ...] | None, list[str], dict[str, Any]]:
+    """The partition specs (``None``: the whole table), the reasons, the other columns' ranges."""
+    if reading.whole is not None:
+        return None, [reading.whole] if reading.whole not in reading.why else [], {}
+    static: list[Spec] = [reading.static] if reading.static else [{}]
+    if columns is None:
+        if reading.static:
+            return (dict(reading.static),), ["the static PARTITION clause names the partition"], {}
+        return None, ["the table's partition columns are unknown: partitions not derived (the whole table)"], {}
+    scope = ColumnScope(columns, reading.qualifiers, reading.bare)
+    try:
+        specs = both(static, read_condition(reading.condition, scope) if reading.condition is not None else [{}])
+    except TooManySpecs:
+        return None, [f"{reading.label} reads as more than {MAX_SPECS} partition specs: the whole table"], {}
+    why = list(scope.notes)
+    ranges = _value_ranges(reading, columns)
+    if not specs:
+        return None, why + [f"{reading.label} holds for no partition; treated as the whole table"], ranges
+    if {} in specs:
+        return None, why + [_whole_why(reading, columns)], ranges
+    named = ", ".join(sorted({c for s in specs for c in s}))
+    return tuple(specs), why + [f"{reading.label} confines the write to {len(specs)} partition spec(s) of {named}"], ranges
+
+
+def _whole_why(reading: _Reading, columns: dict[str, str]) -> str:
+    if not columns:
+        return "the table has no partition columns: the whole table"
+    if reading.label == "MERGE ON":
+        return f"MERGE ON names no partition column of the target: reads the whole table ({_SPEC_003})"
+    return f"{reading.label} does not pin any of the partition columns ({', '.join(columns.values())}): the whole table"
+
+
+def _value_ranges(reading: _Reading, columns: dict[str, str]) -> dict[str, Any]:
+    """The condition's bounds on the target's other columns, when it is one conjunction."""
+    if reading.condition is None:
+        return {}
+    names = {c.name.lower(): c.name for c in reading.condition.find_all(exp.Column) if c.name.lower() not in columns}
+    if not names:
+        return {}
+    try:
+        specs = read_condition(reading.condition, ColumnScope(names, reading.qualifiers, reading.bare))
+    except TooManySpecs:
+        return {}
+    return dict(specs[0]) if len(specs) == 1 else {}
+
+
+def check_derived_against(derived: DerivedWrite, declaration: WriteDeclaration, *, templated: bool = False) -> None:
+    """The task's hand declaration says at least what its SQL does: the same operation, and
+    partitions that hold every partition the SQL may touch (a wider declaration is accepted:
+    admission only keeps more apart). ``templated`` (values still Jinja): columns only."""
+    if derived.operation is not declaration.operation:
+        reason = next((w for w in derived.why if "note (1)" in w), None)
+        raise InvalidDeclarationError(
+            f"the SQL job is a {derived.operation.value} but the task declares {declaration.operation.value}"
+            f"{f' ({reason})' if reason else ''}; declare the operation the job performs"
+        )
+    declared = declaration.partitions
+    if not declared:
+        return  # the whole table: wider than anything the SQL does
+    if derived.partitions is None and derived.operation is Operation.INSERT_INTO and not derived.reads_target:
+        # A blind append whose rows carry their partition values (INSERT ... VALUES / SELECT
+        # without a static PARTITION clause): the SQL cannot say where they land, the DAG can.
+        # The declaration stands; the commit's observed footprint checks it afterwards.
+        return
+    shown = ", ".join(f"({', '.join(sorted(d))})" if templated else partition_key(d) for d in declared)
+    for spec in derived.partitions or ({},):
+        if any(_covers(d, spec, templated) for d in declared):
+            continue
+        raise InvalidDeclarationError(_uncovered(derived, spec, shown, declaration.reads_whole_table))
+
+
+def _covers(declared: Mapping[str, Any], spec: Mapping[str, Any], templated: bool) -> bool:
+    """Whether declared spec ``declared`` surely holds every partition of derived ``spec``."""
+    mine = {c.lower(): v for c, v in spec.items()}
+    for column, value in declared.items():
+        if column.lower() not in mine:
+            return False
+        if not templated and not value_within(mine[column.lower()], canonical_spec_value(column, value)):
+            return False
+    return True
+
+
+def _uncovered(derived: DerivedWrite, spec: Mapping[str, Any], shown: str, reads_whole_table: bool) -> str:
+    why = "; ".join(derived.why)
+    if not spec and derived.reads_target:
+        flag = " (reads_whole_table=True does not widen what admission keeps apart)" if reads_whole_table else ""
+        return (
+            f"the SQL job reads the whole table ({why}) but the task declares only {shown}{flag}: admission "
+            "would let writes to other partitions run beside it; declare no partitions (the whole table) "
+            "or pin the partition in the SQL's condition"
+        )
+    if not spec:
+        return (
+            f"the SQL job may write any partition ({why}) but the task declares only {shown}; declare no "
+            "partitions (the whole table) or write a static PARTITION (...) clause"
+        )
+    return (
+        f"the SQL job may touch {partition_key(spec)} ({why}), which the declared partitions {shown} do "
+        "not hold; declare partitions that hold what the SQL touches"
+    )
