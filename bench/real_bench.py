@@ -71,6 +71,10 @@ class AttemptRecord:
     executor_seconds: float
     kind: str | None = None
     action: str | None = None
+    # A lost attempt's evidence: the engine's error text and the commit it lost to, so a loss
+    # under admission (which should not happen) can be explained from the results file.
+    error: str | None = None
+    winner: dict[str, Any] | None = None
 
 
 @dataclass
@@ -99,6 +103,10 @@ class PolicyResult:
             "wasted_executor_seconds": round(sum(a.executor_seconds for a in failed), 2),
             "useful_executor_seconds": round(sum(a.executor_seconds for a in ok), 2),
             "wasted_attempt_wall_seconds": round(sum(a.end - a.start for a in failed), 2),
+            "lost_attempts": [
+                {"job": a.job, "attempt": a.number, "kind": a.kind, "error": a.error, "winner": a.winner}
+                for a in failed
+            ],
             "table_check": self.table_check,
         }
 
@@ -192,9 +200,11 @@ def run_policy(
                     if action is Action.DEFAULT:  # not a conflict: Airflow's own retries
                         action = Action.RESCHEDULE if number <= retries else Action.FAIL
                         delay = retry_delay
+                winner = classification.winning_commit
                 result.attempts.append(
                     AttemptRecord(job.index, number, start, end, False, executor, classification.kind.value,
-                                  action.value)
+                                  action.value, None if outcome.error is None else outcome.error.text[:500],
+                                  None if winner is None else winner.to_dict())
                 )
                 if action is Action.RETRY:
                     time.sleep(delay)  # the retry loop sleeps in the task: slot and lease stay held

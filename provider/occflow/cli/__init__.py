@@ -11,7 +11,7 @@ from ..core.errors import OccflowError
 
 # Modules under occflow.cli, each exposing ``register(subparsers)``; the parser they add sets
 # ``func(args) -> int``.
-SUBCOMMAND_MODULES = ["matrix", "conformance", "simulate", "policy", "leases", "pools", "lint"]
+SUBCOMMAND_MODULES = ["matrix", "conformance", "simulate", "policy", "leases", "pools", "lint", "explain"]
 
 
 def build_parser() -> argparse.ArgumentParser:

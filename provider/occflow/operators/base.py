@@ -7,7 +7,8 @@
 3. run      - one attempt of the job on the engine, from a fresh snapshot (subclasses)
 4. classify - ``occflow.core.classify`` on the engine's error
 5. policy   - ``WritePolicy.decide``: retry in the task, reschedule, skip, fail, default
-6. report   - the outcome to XCom (version / snapshot, attempts, conflicts, wasted seconds), metrics
+6. report   - the outcome to XCom (version / snapshot, attempts, conflicts, wasted seconds), metrics,
+              and what the commit really touched (``observe_commit``) against the declaration
 
 Subclasses say only how one attempt runs (``run_attempt``) and which engine it is.
 
@@ -40,12 +41,13 @@ from ..core.classify import classify
 from ..core.declaration import WriteDeclaration
 from ..core.errors import InvalidDeclarationError, conflict_error
 from ..core.kinds import Classification, ConflictKind
+from ..core.observed import ObservedFootprint
 from ..core.policy import Action, Decision, WritePolicy, derive_policy, overrides_to_dict
 from ..engines.ledger import AlreadyCommitted, StaleOverwriteError
 from ..engines.outcome import WriteOutcome
 from . import admission
 from .exactly_once import BeforeCommit, LeaseLapsed, exactly_once_for, try_number
-from .history import WriteHistory, emit_metrics, load_history, store_history
+from .history import WriteHistory, emit_metrics, load_history, observed_report, store_history
 
 #: Aborts for a lease that was not live at the commit, per task instance, before the task fails
 #: (for Airflow's retries) instead of going back through admission once more.
@@ -228,6 +230,7 @@ class OccflowWriteOperator(BaseOperator):
         finally:
             admission.release(self, lease)
         report = self.report(declaration, outcome, history)
+        report.update(observed_report(self, declaration, outcome))  # logs a write beyond its declaration
         store_history(context, None)
         emit_metrics(report, self._metrics_since)
         self.log.info(
@@ -416,6 +419,10 @@ class OccflowWriteOperator(BaseOperator):
             "tag": {} if outcome is None else dict(outcome.tag),
             "fence": self.commit_fence,
             "lease_lost": list(history.lease_losses),
+            # What the commit really touched, and what of it the declaration did not cover
+            # (``core.observed``): filled in once the write committed.
+            "observed_footprint": None,
+            "footprint_exceeded": None,
         }
 
     # ------------------------------------------------------------------ engine-specific
@@ -426,6 +433,11 @@ class OccflowWriteOperator(BaseOperator):
     def run_attempt(self, declaration: WriteDeclaration, context: Any, attempt: int) -> WriteOutcome:
         """Run the job once from a fresh snapshot; return the engine's outcome."""
         raise NotImplementedError(f"{type(self).__name__} must implement run_attempt")
+
+    def observe_commit(self, outcome: WriteOutcome) -> ObservedFootprint | None:
+        """What the committed ``outcome`` really touched, read from the engine's log or metadata
+        (``None``: this engine cannot say, or the commit has no version to read)."""
+        return None
 
 
 def _utcnow() -> Any:

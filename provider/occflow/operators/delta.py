@@ -11,8 +11,11 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from ..core.declaration import EngineProfileWarning, WriteDeclaration
 from ..core.errors import InvalidDeclarationError
+from ..core.observed import ObservedFootprint
 from ..core.operations import Operation
 from ..engines.deltars import CommitOptions, DeltaRsLedger, DeltaRsTable, Where
+from ..engines.deltars.facts import deltars_table_facts
+from ..engines.deltars.observed import observe_deltars_commit
 from ..engines.outcome import WriteOutcome
 from ..hooks.spark import default_delta_location
 from .base import OccflowWriteOperator
@@ -58,10 +61,13 @@ class DeltaWriteOperator(OccflowWriteOperator):
     :param storage_options: passed to delta-rs.
     :param allow_unsafe_concurrency: with ``admission=False``, run an operation that delta-rs
         lets commit beside another one with corrupted data as the result (two OPTIMIZEs of one
-        partition duplicate its rows); without it such a task fails the DAG import.
+        partition duplicate its rows); without it such a task fails the DAG import. It also lets
+        a task run under a declared profile the table's facts contradict (with a warning).
 
     The profile defaults to ``delta-rs`` (``table_format="delta"`` means it too); another Delta
-    profile is accepted with a warning that it does not describe delta-rs.
+    profile passes the DAG import with a warning that it does not describe delta-rs, and is
+    refused at run time, before anything is written, once the table's facts (read from its log,
+    ``engines/deltars/facts.py``) show delta-rs commits the write (docs/explain.md).
     """
 
     template_fields: Sequence[str] = ("partitions", "path", "where", "set_values")
@@ -145,10 +151,29 @@ class DeltaWriteOperator(OccflowWriteOperator):
         try:
             if self.derived_location:
                 self.path = default_delta_location(self.table)  # a symlink may have appeared since parse
+            self._check_profile(declaration)
             self._check_columns(declaration)
         except InvalidDeclarationError as exc:
             raise AirflowFailException(f"{self.task_id}: {exc}; nothing was written") from exc
         return declaration
+
+    def _check_profile(self, declaration: WriteDeclaration) -> None:
+        """The table's facts, read from its log, against the declared profile: one they
+        contradict (a Databricks matrix for a write delta-rs commits) is refused, unless the DAG
+        opted in with ``allow_unsafe_concurrency=True`` (then a warning, and admission still
+        keeps apart what delta-rs's matrix says)."""
+        try:
+            facts = deltars_table_facts(self.path, self.storage_options or None, table=self.table)
+        except InvalidDeclarationError:
+            raise
+        except Exception:  # noqa: BLE001 - no table yet: the attempt reports delta-rs's own error
+            return
+        try:
+            facts.check_declared_profile(declaration.profile, declaration.operation)
+        except InvalidDeclarationError as exc:
+            if not self.allow_unsafe_concurrency:
+                raise
+            self.log.warning("%s (allow_unsafe_concurrency=True: running anyway)", exc)
 
     def _check_columns(self, declaration: WriteDeclaration) -> None:
         op = declaration.operation
@@ -206,6 +231,12 @@ class DeltaWriteOperator(OccflowWriteOperator):
 
     def _rows(self, context: Any, snapshot: Any) -> Any:
         return self.data(context, snapshot) if callable(self.data) else self.data
+
+    def observe_commit(self, outcome: WriteOutcome) -> ObservedFootprint | None:
+        """What the committed version really touched, read from the table's Delta log."""
+        if outcome.version is None:
+            return None  # nothing committed (a change to nothing), or settled by exactly-once
+        return observe_deltars_commit(self.path, outcome.version, self.storage_options or None)
 
 
 # Built-in operations whose predicate (where=, partitions) names columns.

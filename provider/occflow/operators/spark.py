@@ -13,10 +13,17 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from ..core.declaration import WriteDeclaration
 from ..core.errors import InvalidDeclarationError
+from ..core.observed import ObservedFootprint
+from ..core.ranges import spec_json
 from ..core.sql import check_sql_write, job_text
+from ..core.sqlderive import DerivedWrite, check_derived_against, derive_write
+from ..core.tablefacts import TableFacts
 from ..engines.ledger import CommitLedger
 from ..engines.outcome import WriteOutcome
 from ..engines.spark import SparkConfig, SparkEngine
+from ..engines.spark.facts import ENGINES as FACT_FORMATS
+from ..engines.spark.facts import spark_table_facts
+from ..engines.spark.observed import observe_iceberg_snapshot
 from ..hooks.spark import DEFAULT_CONN_ID, OccflowSparkHook
 from .base import OccflowWriteOperator
 
@@ -112,8 +119,17 @@ class SparkWriteOperator(OccflowWriteOperator):
         job_params: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> None:
+        sql = sql_of(job)
+        # A SQL job may leave operation and partitions out: the operation is derived now, the
+        # partitions at run time, from the rendered SQL and the table's real partition columns.
+        derives = {"operation": sql is not None and kwargs.get("operation") is None,
+                   "partitions": sql is not None and "partitions" not in kwargs,
+                   "profile": kwargs.get("profile") is None}
+        if kwargs.get("operation") is None:
+            kwargs["operation"] = sql_operation(sql, kwargs)
         super().__init__(**kwargs)
-        self.sql: SqlText | None = sql_of(job)
+        self.derives = derives
+        self.sql: SqlText | None = sql
         self.job = None if self.sql is not None else job
         if self.job is not None and not (callable(self.job) or isinstance(self.job, Path)):
             raise InvalidDeclarationError(
@@ -126,9 +142,52 @@ class SparkWriteOperator(OccflowWriteOperator):
         self.occflow_write, sql_catalog = spark_declaration(self.occflow_write, self.spark_config)
         if self.sql is not None and not templated(self.sql):
             checked_sql(self.sql, self.occflow_write, sql_catalog, self.task_id)  # a DAG import error
+        elif self.sql is not None and not derives["operation"]:
+            check_templated_operation(self.sql, self.occflow_write, self.task_id)
 
     def declare(self) -> WriteDeclaration:
-        return declare_spark_write(self, super().declare())
+        declaration = declare_spark_write(self, super().declare())
+        if self.sql is None:
+            return declaration
+        try:
+            return self.declare_from_table(declaration)
+        except InvalidDeclarationError as exc:
+            raise AirflowFailException(f"{self.task_id}: {exc}; nothing ran") from exc
+
+    def declare_from_table(self, declaration: WriteDeclaration) -> WriteDeclaration:
+        """The declaration the rendered SQL and the table's facts give: partitions derived with
+        the table's real partition columns (or checked against the declared ones), and the
+        profile the table's facts say (a declared one they contradict is refused)."""
+        engine = spark_engine(self.session_config())
+        facts: TableFacts | None = None
+        if engine.format.name in FACT_FORMATS:
+            facts = spark_table_facts(engine.session(), declaration.table_key)
+        derived = derive_write(self.sql or "", None if facts is None else facts.partition_columns)
+        profile = declaration.profile
+        if facts is not None and self.derives["profile"]:
+            profile = facts.profile(derived.operation)
+            if profile.table_format != declaration.profile.table_format:
+                raise InvalidDeclarationError(
+                    f"the task declares a {declaration.profile.table_format} table but {facts.table} is a "
+                    f"{facts.table_format} table ({facts.engine})"
+                )
+        elif facts is not None:
+            facts.check_declared_profile(profile, derived.operation)
+        if self.derives["partitions"]:
+            partitions, reads_whole = derived.partitions, derived.reads_target and derived.partitions is None
+        else:
+            check_derived_against(derived, declaration)
+            partitions, reads_whole = declaration.partitions, declaration.reads_whole_table
+        self.profile = profile.name  # the retry policy follows the table's profile
+        self.log.info("declared from the SQL and the table: %s", "; ".join(why_of(derived, facts)))
+        return replace(declaration, profile=profile, engine_profile=profile.name, partitions=partitions,
+                       reads_whole_table=reads_whole)
+
+    def report(self, declaration: WriteDeclaration, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        out = super().report(declaration, *args, **kwargs)
+        # Derived partitions may hold ranges (``core.ranges.ValueRange``): JSON for XCom.
+        out["partitions"] = None if declaration.partitions is None else [spec_json(p) for p in declaration.partitions]
+        return out
 
     def session_config(self) -> dict[str, Any]:
         if self.spark_config is not None:
@@ -160,6 +219,46 @@ class SparkWriteOperator(OccflowWriteOperator):
         # before_commit runs right before the SQL statement that writes (a callable: before it starts).
         return engine.run(job, declaration.table, declaration.operation, params=params,
                           before_commit=self.before_commit)
+
+    def observe_commit(self, outcome: WriteOutcome) -> ObservedFootprint | None:
+        """What the committed Iceberg snapshot really touched (its manifest entries); ``None``
+        for the other table formats and for a commit with no snapshot to read."""
+        engine = spark_engine(self.session_config())
+        if engine.format.name != "iceberg" or outcome.snapshot_id is None:
+            return None
+        return observe_iceberg_snapshot(engine.session(), engine.format.qualify(self.table), outcome.snapshot_id)
+
+
+def sql_operation(sql: SqlText | None, kwargs: Mapping[str, Any]) -> str:
+    """The operation a SQL job performs (DAG parse time; a template inside a string literal
+    reads as that literal). A job that cannot be read needs ``operation=`` declared."""
+    where = str(kwargs.get("task_id", "SparkWriteOperator"))
+    if sql is None:
+        raise InvalidDeclarationError(f"{where}: operation is required unless the job is SQL")
+    try:
+        return derive_write(sql, None).operation.value
+    except InvalidDeclarationError as exc:
+        hint = " (it holds a template: declare operation=...)" if templated(sql) else ""
+        raise InvalidDeclarationError(f"{where}: the operation cannot be derived from the SQL job{hint}: {exc}") from None
+
+
+def check_templated_operation(sql: SqlText, declaration: WriteDeclaration, where: str) -> None:
+    """A templated SQL job's operation against the declared one, at DAG parse time, when the
+    text reads as SQL with its templates in place (else it is checked once rendered)."""
+    try:
+        derived = derive_write(sql, None)
+    except InvalidDeclarationError:
+        return
+    try:
+        check_derived_against(derived, replace(declaration, partitions=None), templated=True)
+    except InvalidDeclarationError as exc:
+        raise InvalidDeclarationError(f"{where}: {exc}") from None
+
+
+def why_of(derived: DerivedWrite, facts: TableFacts | None) -> list[str]:
+    where = "whole table" if derived.partitions is None else ", ".join(sorted(derived.partition_keys() or ()))
+    found = [f"{derived.operation.value} on {derived.table} [{where}]", *derived.why]
+    return found + ([] if facts is None else list(facts.why(derived.operation)))
 
 
 def partition_params(declaration: WriteDeclaration) -> dict[str, str]:

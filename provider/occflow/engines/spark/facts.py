@@ -3,7 +3,6 @@ partitioning and table properties) and Delta through delta-spark (``DESCRIBE DET
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from ...core.errors import InvalidDeclarationError
@@ -30,7 +29,7 @@ def spark_table_facts(spark: Any, table: str) -> TableFacts:
     described = _described(rows)
     provider = described.get("Provider", "").lower()
     if provider == "iceberg":
-        return _iceberg_facts(spark, table, quoted, described)
+        return _iceberg_facts(spark, table, quoted, rows)
     if provider == "delta":
         return _delta_facts(spark, table, quoted)
     raise InvalidDeclarationError(
@@ -40,7 +39,7 @@ def spark_table_facts(spark: Any, table: str) -> TableFacts:
 
 
 def _described(rows: list[Any]) -> dict[str, str]:
-    """``DESCRIBE TABLE EXTENDED``'s key rows (``Provider``, ``Part 0``, ...), first of each."""
+    """``DESCRIBE TABLE EXTENDED``'s key rows (``Provider``, ...), the first of each key."""
     out: dict[str, str] = {}
     for row in rows:
         key, value = str(row["col_name"] or "").strip(), str(row["data_type"] or "").strip()
@@ -49,8 +48,30 @@ def _described(rows: list[Any]) -> dict[str, str]:
     return out
 
 
-def _iceberg_facts(spark: Any, table: str, quoted: str, described: Mapping[str, str]) -> TableFacts:
-    fields = [described[f"Part {i}"] for i in range(len(described)) if f"Part {i}" in described]
+def partition_fields(rows: list[Any]) -> list[str]:
+    """The partition fields ``DESCRIBE TABLE EXTENDED`` lists. Spark prints them two ways: all
+    identity, as Hive's ``# Partition Information`` (a ``# col_name`` header, then one row per
+    column); with a transform, as ``# Partitioning`` (``Part 0  ds``, ``Part 1  days(ts)``)."""
+    fields: list[str] = []
+    section = ""
+    for row in rows:
+        key, value = str(row["col_name"] or "").strip(), str(row["data_type"] or "").strip()
+        if key == "# col_name":
+            continue  # the column header of "# Partition Information"
+        if key.startswith("#"):
+            section = key if key in ("# Partition Information", "# Partitioning") else ""
+            continue
+        if not key:
+            section = ""
+        elif section == "# Partition Information":
+            fields.append(key)
+        elif section == "# Partitioning" and key.startswith("Part "):
+            fields.append(value)
+    return fields
+
+
+def _iceberg_facts(spark: Any, table: str, quoted: str, rows: list[Any]) -> TableFacts:
+    fields = partition_fields(rows)
     identity = tuple(_unquote(f) for f in fields if "(" not in f)
     transforms = tuple(f for f in fields if "(" in f)
     properties = {str(r["key"]): str(r["value"]) for r in spark.sql(f"SHOW TBLPROPERTIES {quoted}").collect()}
