@@ -1,0 +1,268 @@
+"""``occflow explain SQL``: the write a SQL job declares, derived from its text and its table.
+
+The table is given (``--table-format`` with ``--partition-columns`` and ``--property``) or read
+from its engine (``--delta-location`` through delta-rs, ``--spark`` / ``--spark-conf`` on a local
+Spark session); its facts decide the profile. The output names the operation, the partitions
+(or the whole table), whether the job reads its target, the profile and why, the operations it
+conflicts with under that profile, and, for each ``--against`` job, whether the two may run
+together: the rule admission applies (``leases.model.Claim.blocks``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from ..core.declaration import partition_key
+from ..core.errors import InvalidDeclarationError
+from ..core.footprint import footprints_overlap
+from ..core.identifiers import canonical_table
+from ..core.operations import Operation
+from ..core.profiles import Cell, Profile
+from ..core.sqlderive import DerivedWrite, derive_write
+from ..core.sqlread import job_text, read_sql_write
+from ..core.tablefacts import TableFacts
+from ..engines.deltars.facts import deltars_table_facts
+from ..engines.spark import SparkConfig, SparkEngine
+from ..engines.spark.facts import spark_table_facts
+from ..leases.model import Claim
+
+#: ``--table-format`` values: a table format, or the engine / table kind it implies.
+TABLE_FORMATS: dict[str, tuple[str, str | None, dict[str, str]]] = {
+    "delta": ("delta", None, {}),
+    "delta-rs": ("delta", "delta-rs", {}),
+    "iceberg": ("iceberg", None, {}),
+    "maxcompute": ("maxcompute", None, {}),
+    "maxcompute-transactional": ("maxcompute", None, {"transactional": "true"}),
+}
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "explain",
+        help="the write a SQL job declares: operation, partitions, profile, conflicts",
+        description="Derive a SQL write job's declaration (operation, table, partitions or the whole "
+        "table, whether it reads its target) and the profile its table's facts give, and say which "
+        "operations it conflicts with. Name the table's format, or look the table up on its engine.",
+    )
+    p.add_argument("sql", help="the SQL job: its text, @FILE to read it from a file, or - for stdin")
+    given = p.add_argument_group("the table, as given")
+    given.add_argument("--table-format", choices=list(TABLE_FORMATS), help="the table's format (or engine)")
+    given.add_argument("--partition-columns", default="", metavar="COL,COL", help="identity partition columns")
+    given.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
+                       help="a table property, e.g. delta.isolationLevel=Serializable (repeatable)")
+    looked_up = p.add_argument_group("the table, read from its engine")
+    looked_up.add_argument("--delta-location", metavar="PATH_OR_URI", help="a Delta table, read by delta-rs")
+    looked_up.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
+                           help="a delta-rs storage option (repeatable)")
+    looked_up.add_argument("--spark", action="store_true",
+                           help="look the table up on a local Spark session (occflow's embedded Iceberg catalog)")
+    looked_up.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                           help="a Spark setting for that session (repeatable; implies --spark)")
+    p.add_argument("--against", action="append", default=[], metavar="SQL",
+                   help="another SQL job (text, @FILE): may the two run together? (repeatable)")
+    p.add_argument("--format", choices=["text", "json"], default="text")
+    p.set_defaults(func=_explain)
+
+
+@dataclass(frozen=True)
+class Explained:
+    """One SQL job's derived write on its table, and the profile its table's facts give."""
+
+    sql: str
+    derived: DerivedWrite
+    facts: TableFacts
+    profile: Profile
+
+    @property
+    def why(self) -> tuple[str, ...]:
+        return (*self.derived.why, *self.facts.why(self.derived.operation))
+
+    @property
+    def claim(self) -> Claim:
+        return Claim(self.profile, self.derived.operation, self.derived.partition_keys())
+
+    def to_json(self) -> dict[str, Any]:
+        out = dict(self.derived.to_json())
+        out.update(profile=self.profile.name, why=list(self.why), table_facts=self.facts.to_json())
+        return out
+
+
+def _explain(args: argparse.Namespace) -> int:
+    sql = read_job(args.sql)
+    table = read_sql_write(*job_text(sql)).table
+    facts = table_facts(args, table)
+    job = explain_job(sql, facts)
+    against = [compare(job, explain_other(read_job(text), facts)) for text in args.against]
+    if args.format == "json":
+        out = job.to_json()
+        out["conflicts_with"] = conflicts_with(job)
+        out["against"] = against
+        print(json.dumps(out, indent=2, default=str))
+    else:
+        print(render_text(job, against))
+    return 0
+
+
+def read_job(text: str) -> str:
+    """The SQL text: given, ``@FILE``, or ``-`` (stdin)."""
+    if text == "-":
+        return sys.stdin.read()
+    if text.startswith("@"):
+        path = Path(text[1:])
+        if not path.is_file():
+            raise InvalidDeclarationError(f"SQL file {text[1:]!r} does not exist (write @FILE with a readable file)")
+        return path.read_text()
+    return text
+
+
+def table_facts(args: argparse.Namespace, table: str) -> TableFacts:
+    """The table's facts from the one source the command line names."""
+    spark = bool(args.spark or args.spark_conf)
+    sources = [name for name, given in (("--table-format", args.table_format), ("--delta-location",
+               args.delta_location), ("--spark/--spark-conf", spark)) if given]
+    if len(sources) != 1:
+        raise InvalidDeclarationError(
+            ("name the table once: " + " or ".join(sources) if sources else "name the table: ")
+            + "--table-format FORMAT (with --partition-columns), --delta-location PATH, or --spark / --spark-conf"
+        )
+    if args.delta_location:
+        options = pairs(args.storage_option, "--storage-option") or None
+        try:
+            return deltars_table_facts(args.delta_location, options, table)
+        except InvalidDeclarationError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - delta-rs's errors (no table there, no access) end the command
+            raise InvalidDeclarationError(f"cannot read the Delta table at {args.delta_location}: {exc}") from exc
+    if spark:
+        return spark_table_facts(spark_session(pairs(args.spark_conf, "--spark-conf")), table)
+    table_format, engine, implied = TABLE_FORMATS[args.table_format]
+    columns = tuple(c.strip() for c in args.partition_columns.split(",") if c.strip())
+    return TableFacts(table, table_format, engine, columns, {**implied, **pairs(args.property, "--property")})
+
+
+def spark_session(conf: dict[str, str]) -> Any:
+    """A local session of occflow's embedded default config with ``conf`` on top (a running
+    session of this process is reused when its catalog settings agree)."""
+    return SparkEngine(SparkConfig(conf=conf, app_name="occflow-explain")).session()
+
+
+def pairs(items: Sequence[str], option: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidDeclarationError(f"{option} {item!r}: write KEY=VALUE")
+        found[key.strip()] = value.strip()
+    return found
+
+
+def explain_job(sql: str, facts: TableFacts) -> Explained:
+    derived = derive_write(sql, facts.partition_columns)
+    return Explained(sql, derived, facts, facts.profile(derived.operation))
+
+
+def explain_other(sql: str, facts: TableFacts) -> Explained | str:
+    """Another job: explained on the same table's facts, or the table it writes instead."""
+    table = read_sql_write(*job_text(sql)).table
+    if canonical_table(table) != canonical_table(facts.table):
+        return table
+    return explain_job(sql, facts)
+
+
+def compare(job: Explained, other: Explained | str) -> dict[str, Any]:
+    """Whether ``job`` and ``other`` may run together, by the rule admission applies."""
+    if isinstance(other, str):
+        return {"table": other, "conflict": False, "reason": f"writes {other}, not {job.facts.table}"}
+    overlap = footprints_overlap(job.derived.partition_keys(), other.derived.partition_keys())
+    conflict = job.claim.blocks(other.claim)
+    a, b = job.derived.operation, other.derived.operation
+    where = f"{_where(job.derived)} vs {_where(other.derived)}"
+    if not overlap:
+        reason = f"their partitions are disjoint ({where})"
+    else:
+        orders = ((a, b), (b, a))
+        reason = f"their footprints overlap ({where}); " + "; ".join(
+            f"{x.value} then {y.value}: {_outcome(_cell(job.profile, x, y))}" for x, y in orders
+        )
+    out = other.derived.to_json()
+    out.update(profile=other.profile.name, overlap=overlap, conflict=conflict, reason=reason)
+    return out
+
+
+def conflicts_with(job: Explained) -> list[dict[str, Any]]:
+    """Per operation of the profile: what happens when it and this job commit in either order
+    (on overlapping partitions: disjoint ones never conflict)."""
+    op, profile = job.derived.operation, job.profile
+    return [
+        {
+            "operation": other.value,
+            "conflicts": profile.conflicts(op, other) if op in profile.operations else True,
+            "this_first": _cell_json(_cell(profile, op, other)),
+            "other_first": _cell_json(_cell(profile, other, op)),
+        }
+        for other in profile.operations
+    ]
+
+
+def _cell(profile: Profile, earlier: Operation, later: Operation) -> Cell | None:
+    ops = profile.operations
+    return profile.cell(earlier, later) if earlier in ops and later in ops else None
+
+
+def _cell_json(cell: Cell | None) -> dict[str, Any] | None:
+    if cell is None:
+        return None
+    found = cell.to_dict()
+    return {key: found[key] for key in ("later_fails", "exception", "effect", "condition") if key in found}
+
+
+def _outcome(cell: Cell | None) -> str:
+    if cell is None:
+        return "not in the profile's matrix (kept apart)"
+    if cell.later_fails:
+        rows = " on the same rows" if cell.to_dict().get("condition") == "same_rows" else ""
+        return f"the later fails{rows} ({cell.exception.value if cell.exception else 'conflict'})"
+    return f"both commit ({cell.effect.value})"
+
+
+def _where(derived: DerivedWrite) -> str:
+    if derived.partitions is None:
+        return "whole table"
+    return ", ".join(partition_key(p) for p in derived.partitions)
+
+
+def render_text(job: Explained, against: list[dict[str, Any]]) -> str:
+    d = job.derived
+    lines = [
+        f"table:        {d.table}",
+        f"operation:    {d.operation.value}",
+        f"partitions:   {_where(d)}",
+        f"reads_target: {'yes' if d.reads_target else 'no'}",
+        f"profile:      {job.profile.name}",
+        "why:",
+        *(f"  - {reason}" for reason in job.why),
+        "",
+        f"conflicts under {job.profile.name} (on overlapping partitions):",
+    ]
+    rows = [
+        (r["operation"], "conflict" if r["conflicts"] else "-",
+         _outcome(_cell(job.profile, d.operation, Operation(r["operation"]))),
+         _outcome(_cell(job.profile, Operation(r["operation"]), d.operation)))
+        for r in conflicts_with(job)
+    ]
+    table = tabulate(rows, headers=("operation", "", "this job commits first", "it commits first"),
+                     tablefmt="simple", disable_numparse=True)
+    lines += ["  " + line for line in table.splitlines()]
+    for number, found in enumerate(against, 1):
+        verdict = "CONFLICT" if found["conflict"] else "no conflict"
+        lines += ["", f"against [{number}]: {found.get('operation', '-')} on {found['table']}: {verdict}",
+                  f"  {found['reason']}"]
+    return "\n".join(lines)

@@ -1,0 +1,313 @@
+"""What a table is, as its engine reports it, and the profile (conflict matrix) that follows.
+
+A task used to declare the matrix by hand (``profile`` / ``table_format``); the table already
+says which one applies: Delta's ``delta.isolationLevel`` and deletion vectors (row-level
+concurrency, spec 004), Iceberg's ``write.{delete,update,merge}.isolation-level``, MaxCompute's
+``transactional``, and the engine that commits (delta-rs runs its own conflict checker, not
+Databricks'). ``TableFacts`` holds those facts; ``profile_name`` derives the matrix with the
+reasons (``why``), and ``check_declared_profile`` refuses a declared profile that contradicts
+them, naming the fact. The engines read the facts (``engines/deltars/facts.py``,
+``engines/spark/facts.py``); this module only reasons about them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from .errors import InvalidDeclarationError
+from .operations import Operation
+from .profiles import PROFILES, Profile, get_profile
+
+TABLE_FORMATS = ("delta", "iceberg", "maxcompute")
+#: The engine that commits, and the table format it writes. ``databricks``: Delta on Databricks
+#: Runtime (the only Delta engine with row-level concurrency); ``None``: not known.
+ENGINES: dict[str, str] = {
+    "delta-rs": "delta",
+    "delta-spark": "delta",
+    "databricks": "delta",
+    "spark-iceberg": "iceberg",
+    "maxcompute": "maxcompute",
+}
+
+ISOLATION_LEVEL = "delta.isolationLevel"
+DELETION_VECTORS = "delta.enableDeletionVectors"
+ROW_TRACKING = "delta.enableRowTracking"
+TRANSACTIONAL = "transactional"
+_DELTA_LEVELS = {"serializable": "Serializable", "writeserializable": "WriteSerializable"}
+_ICEBERG_LEVELS = ("serializable", "snapshot")
+_ICEBERG_MODES = ("copy-on-write", "merge-on-read")
+# The Iceberg operations whose isolation level and write mode the table sets (Spark's row-level
+# DELETE / UPDATE / MERGE); every other write validates as the table's row-level writes do.
+_ICEBERG_ROW_LEVEL = {Operation.DELETE: "delete", Operation.UPDATE: "update", Operation.MERGE: "merge"}
+# delta-io/delta#7360: open-source Delta has no row-level concurrency (Databricks Runtime 14.2+ has).
+_OSS_DELTA_NO_RLC = "open-source delta-spark has no row-level concurrency (delta-io/delta#7360)"
+
+
+@dataclass(frozen=True)
+class TableFacts:
+    """One table's facts as its engine reports them.
+
+    ``partition_columns`` are identity partition columns (lower-cased): the ones an equality
+    on a column pins to one partition. ``partition_transforms`` are the other partition fields
+    (Iceberg's ``days(ts)``, ``bucket(16, id)``): recorded, not footprint columns.
+    ``primary_key``: MaxCompute's (a Delta Table has one); ``None`` when not known.
+    """
+
+    table: str
+    table_format: str
+    engine: str | None = None
+    partition_columns: tuple[str, ...] = ()
+    properties: Mapping[str, str] = field(default_factory=dict)
+    partition_transforms: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
+    primary_key: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.table_format not in TABLE_FORMATS:
+            raise InvalidDeclarationError(
+                f"unknown table format {self.table_format!r} for {self.table}; known: {', '.join(TABLE_FORMATS)}"
+            )
+        if self.engine is not None and ENGINES.get(self.engine) != self.table_format:
+            raise InvalidDeclarationError(
+                f"engine {self.engine!r} does not write {self.table_format} tables; engines: "
+                + ", ".join(f"{e} ({f})" for e, f in ENGINES.items())
+            )
+        object.__setattr__(self, "partition_columns", tuple(c.lower() for c in self.partition_columns))
+        object.__setattr__(self, "properties", MappingProxyType({str(k): str(v) for k, v in self.properties.items()}))
+        # Read every property the profile depends on now: a value the format does not know is
+        # an error when the facts are read, not when a profile is asked for.
+        if self.table_format == "delta":
+            _ = (self.delta_isolation_level, self.deletion_vectors, self.row_tracking)
+        elif self.table_format == "iceberg":
+            for op in _ICEBERG_ROW_LEVEL:
+                _ = (self.iceberg_isolation_level(op), self.iceberg_write_mode(op))
+        else:
+            _ = self.transactional
+
+    # ------------------------------------------------------------------ the facts
+
+    def table_property(self, key: str) -> str | None:
+        """A table property, its key matched without regard to case (engines differ)."""
+        wanted = key.lower()
+        return next((v for k, v in self.properties.items() if k.lower() == wanted), None)
+
+    @property
+    def delta_isolation_level(self) -> str:
+        """``Serializable`` or ``WriteSerializable`` (Delta's default when unset)."""
+        value = self.table_property(ISOLATION_LEVEL)
+        if value is None:
+            return "WriteSerializable"
+        try:
+            return _DELTA_LEVELS[value.strip().lower()]
+        except KeyError:
+            raise InvalidDeclarationError(
+                f"table {self.table} has {ISOLATION_LEVEL}={value!r}; Delta knows Serializable and WriteSerializable"
+            ) from None
+
+    @property
+    def deletion_vectors(self) -> bool:
+        return self._flag(DELETION_VECTORS)
+
+    @property
+    def row_tracking(self) -> bool:
+        return self._flag(ROW_TRACKING)
+
+    @property
+    def transactional(self) -> bool:
+        return self._flag(TRANSACTIONAL)
+
+    @property
+    def row_level_concurrency(self) -> bool:
+        """Spec 004: Databricks Runtime 14.2+ resolves conflicts row by row on Delta tables with
+        deletion vectors and no partitions (not on open-source Delta, not on delta-rs)."""
+        return (
+            self.table_format == "delta"
+            and self.engine not in ("delta-rs", "delta-spark")
+            and self.deletion_vectors
+            and not self.partition_columns
+        )
+
+    def iceberg_isolation_level(self, operation: Operation) -> str:
+        """``write.<op>.isolation-level`` of a DELETE / UPDATE / MERGE (default serializable)."""
+        return self._iceberg_choice(f"write.{_ICEBERG_ROW_LEVEL[operation]}.isolation-level", _ICEBERG_LEVELS)
+
+    def iceberg_write_mode(self, operation: Operation) -> str:
+        """``write.<op>.mode`` of a DELETE / UPDATE / MERGE (default copy-on-write)."""
+        return self._iceberg_choice(f"write.{_ICEBERG_ROW_LEVEL[operation]}.mode", _ICEBERG_MODES)
+
+    def _iceberg_choice(self, key: str, known: tuple[str, ...]) -> str:
+        value = self.table_property(key)
+        if value is None:
+            return known[0]
+        if value.strip().lower() not in known:
+            raise InvalidDeclarationError(f"table {self.table} has {key}={value!r}; Iceberg knows {', '.join(known)}")
+        return value.strip().lower()
+
+    def _flag(self, key: str) -> bool:
+        value = self.table_property(key)
+        if value is None:
+            return False
+        if value.strip().lower() not in ("true", "false"):
+            raise InvalidDeclarationError(f"table {self.table} has {key}={value!r}; expected true or false")
+        return value.strip().lower() == "true"
+
+    # ------------------------------------------------------------------ the profile
+
+    def profile_name(self, operation: Operation | None = None) -> str:
+        """The profile whose matrix this table follows (for ``operation``, on Iceberg)."""
+        return self._derive(operation)[0]
+
+    def profile(self, operation: Operation | None = None) -> Profile:
+        return get_profile(self.profile_name(operation))
+
+    def why(self, operation: Operation | None = None) -> tuple[str, ...]:
+        """The facts the profile follows from, one reason a line."""
+        return self._derive(operation)[1]
+
+    def _derive(self, operation: Operation | None) -> tuple[str, tuple[str, ...]]:
+        if self.table_format == "delta":
+            return self._delta()
+        if self.table_format == "iceberg":
+            return self._iceberg(operation)
+        return self._maxcompute()
+
+    def _delta(self) -> tuple[str, tuple[str, ...]]:
+        level = self.delta_isolation_level
+        set_or_default = "" if self.table_property(ISOLATION_LEVEL) is not None else " (unset: Delta's default)"
+        if self.engine == "delta-rs":
+            return "delta-rs", (
+                f"{self.table} is written by delta-rs, whose conflict checker is its own matrix (profile "
+                f"'delta-rs'), not Databricks'",
+                f"{ISOLATION_LEVEL} is {level}{set_or_default}: delta-rs behaves the same at both levels",
+            )
+        name = "delta-serializable" if level == "Serializable" else "delta-write-serializable"
+        why = [f"{ISOLATION_LEVEL} is {level}{set_or_default}"]
+        if self.engine == "delta-spark":
+            why.append(f"committed by delta-spark: {_OSS_DELTA_NO_RLC}")
+        elif not self.deletion_vectors:
+            why.append(f"{DELETION_VECTORS} is not true: no row-level concurrency (spec 004)")
+        elif self.partition_columns:
+            why.append(
+                f"partitioned by {', '.join(self.partition_columns)}: tables with partitions do not "
+                "support row-level concurrency (spec 004)"
+            )
+        else:
+            rlc = f"{name}-rlc"
+            reason = (
+                f"{DELETION_VECTORS} is true and the table has no partition columns: row-level "
+                "concurrency (Databricks Runtime 14.2+, spec 004)"
+            )
+            if rlc not in PROFILES:
+                why += [reason, f"occflow has no profile {rlc!r} yet: using {name!r}, which conflicts more"]
+                return name, tuple(why)
+            name = rlc
+            why.append(reason)
+        if self.row_tracking:
+            why.append(f"{ROW_TRACKING} is true (row ids survive a rewrite; the matrix does not change)")
+        return name, tuple(why)
+
+    def _iceberg(self, operation: Operation | None) -> tuple[str, tuple[str, ...]]:
+        why: list[str] = []
+        if operation in _ICEBERG_ROW_LEVEL:
+            kind = _ICEBERG_ROW_LEVEL[operation]
+            level = self.iceberg_isolation_level(operation)
+            why.append(f"write.{kind}.isolation-level is {level}{self._default_note(f'write.{kind}.isolation-level')}")
+            why.append(f"write.{kind}.mode is {self.iceberg_write_mode(operation)}{self._default_note(f'write.{kind}.mode')}")
+        else:
+            levels = {op: self.iceberg_isolation_level(op) for op in _ICEBERG_ROW_LEVEL}
+            distinct = sorted(set(levels.values()))
+            level = distinct[0] if len(distinct) == 1 else "serializable"
+            what = "the operation" if operation is None else operation.value
+            if len(distinct) == 1:
+                why.append(f"write.{{delete,update,merge}}.isolation-level are all {level}: {what} validates at that level")
+            else:
+                spelled = ", ".join(f"{_ICEBERG_ROW_LEVEL[op]}={lv}" for op, lv in levels.items())
+                why.append(
+                    f"the table's isolation levels differ ({spelled}): {what} is held to serializable, "
+                    "the level that keeps more pairs apart"
+                )
+        for transform in self.partition_transforms:
+            why.append(
+                f"partition field {transform} is a transform, not an identity column: a condition on "
+                "its source column does not name one partition"
+            )
+        return f"iceberg-{level}", tuple(why)
+
+    def _maxcompute(self) -> tuple[str, tuple[str, ...]]:
+        if not self.transactional:
+            return "maxcompute-standard", (f"{self.table} is a standard table ({TRANSACTIONAL} is not true; spec 000)",)
+        if self.primary_key == ():
+            return "maxcompute-standard", (
+                f"{TRANSACTIONAL}=true without a primary key: a transactional table, whose conflicts "
+                "follow spec 000 (a Delta Table has a primary key)",
+            )
+        key = f" with primary key {', '.join(self.primary_key)}" if self.primary_key else ""
+        return "maxcompute-transactional", (
+            f"{TRANSACTIONAL}=true{key}: a Delta Table, MVCC + OCC (specs 001, 002)",
+        )
+
+    def _default_note(self, key: str) -> str:
+        return "" if self.table_property(key) is not None else " (unset: Iceberg's default)"
+
+    # ------------------------------------------------------------------ a declared profile
+
+    def check_declared_profile(self, declared: str | Profile, operation: Operation | None = None) -> None:
+        """Refuse a declared profile the table's facts contradict, naming the fact.
+
+        One allowance: the non-row-level matrix on a table that qualifies for row-level
+        concurrency (a Databricks Runtime before 14.2 has none, and that matrix keeps more
+        pairs apart, never fewer).
+        """
+        profile = get_profile(declared)
+        expected = self.profile_name(operation)
+        if profile.name == expected or profile.name == expected.removesuffix("-rlc"):
+            return
+        raise InvalidDeclarationError(
+            f"profile {profile.name!r} contradicts table {self.table}: {self._contradiction(profile, operation)}; "
+            f"its matrix is {expected!r} ({'; '.join(self.why(operation))}). Declare profile={expected!r} "
+            "or leave the profile out"
+        )
+
+    def _contradiction(self, profile: Profile, operation: Operation | None) -> str:
+        if profile.table_format != self.table_format:
+            return f"the profile describes {profile.table_format} tables and {self.table} is a {self.table_format} table"
+        if self.table_format == "delta":
+            return self._delta_contradiction(profile)
+        if self.table_format == "iceberg":
+            if operation in _ICEBERG_ROW_LEVEL:
+                key = f"write.{_ICEBERG_ROW_LEVEL[operation]}.isolation-level"
+                return f"the table says {key}={self.iceberg_isolation_level(operation)}{self._default_note(key)}"
+            return "the table's write.{delete,update,merge}.isolation-level say otherwise"
+        if self.transactional:
+            return f"the table is transactional ({TRANSACTIONAL}=true)"
+        return f"the table is not transactional ({TRANSACTIONAL} is not true)"
+
+    def _delta_contradiction(self, profile: Profile) -> str:
+        if self.engine == "delta-rs":
+            return "the write is committed by delta-rs, whose conflict checker is not Databricks'"
+        if profile.name == "delta-rs":
+            return f"the write is committed by {self.engine or 'Delta on Spark / Databricks'}, not delta-rs"
+        level = self.delta_isolation_level
+        if profile.name.removesuffix("-rlc") != ("delta-serializable" if level == "Serializable" else "delta-write-serializable"):
+            unset = " (unset: Delta's default)" if self.table_property(ISOLATION_LEVEL) is None else ""
+            return f"the table says {ISOLATION_LEVEL}={level}{unset}"
+        if self.engine == "delta-spark":
+            return _OSS_DELTA_NO_RLC
+        if not self.deletion_vectors:
+            return f"row-level concurrency needs deletion vectors and the table's {DELETION_VECTORS} is not true"
+        return f"row-level concurrency needs a table without partitions and {self.table} is partitioned by {', '.join(self.partition_columns)}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "table_format": self.table_format,
+            "engine": self.engine,
+            "partition_columns": list(self.partition_columns),
+            "partition_transforms": list(self.partition_transforms),
+            "properties": dict(self.properties),
+            "features": list(self.features),
+            "primary_key": None if self.primary_key is None else list(self.primary_key),
+        }
