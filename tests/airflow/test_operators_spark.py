@@ -103,10 +103,11 @@ with DAG("iceberg_race", schedule=None, start_date=pendulum.datetime(2024, 1, 1)
     def table_content():
         spark = spark_engine(OccflowSparkHook().session_config()).session()
         rows = spark.sql(f"SELECT id, ds, amount FROM {{T}}").collect()
-        snapshots = spark.sql(f"SELECT operation FROM {{T}}.snapshots ORDER BY committed_at").collect()
+        snapshots = spark.sql(f"SELECT snapshot_id, operation FROM {{T}}.snapshots ORDER BY committed_at").collect()
         return {{
             "rows": sorted([r["id"], r["ds"], r["amount"]] for r in rows),
             "operations": [r["operation"] for r in snapshots],
+            "snapshot_ids": [r["snapshot_id"] for r in snapshots],
         }}
 
     # Reads the Iceberg metadata files (no JVM) for the snapshot the MERGE task committed.
@@ -149,6 +150,14 @@ def test_iceberg_writers_that_lose_a_real_race_are_retried_to_the_serial_result(
     assert content["rows"] == expected
     # Both competitors really committed (two appends besides the two seed inserts).
     assert content["operations"].count("append") == 4
+    # Each lost attempt names its winner: the competitor's append, a snapshot of the table that
+    # came right after the seed (the 3rd and 4th appends as the table's own history lists them).
+    by_id = dict(zip(content["snapshot_ids"], content["operations"], strict=True))
+    for report in (update, upsert):
+        winner = report["conflicts"][0]["winning_commit"]
+        assert winner["snapshot_id"] in by_id and by_id[winner["snapshot_id"]] == "append", winner
+        assert winner["snapshot_id"] != report["snapshot_id"]
+    assert update["conflicts"][0]["winning_commit"]["snapshot_id"] != upsert["conflicts"][0]["winning_commit"]["snapshot_id"]
 
 
 INJECTION_DAG = '''
