@@ -19,9 +19,9 @@ expects) and the table's rows, then what the profile cell for the pair says, wit
 the profile is never LESS conservative than the engine. Java-API operations map to the Spark
 statements that commit through them (SparkWrite): a validated ``OverwriteFiles`` with a
 conflict-detection filter is a copy-on-write UPDATE/DELETE/MERGE, a ``RowDelta`` a merge-on-read
-one, ``ReplacePartitions`` an INSERT OVERWRITE. The profile cannot say that the ``isolation-level``
-write option turns INSERT OVERWRITE / overwrite-by-filter into a validated commit (fact c): those
-cases are in ``test_profile_knows_the_isolation_level_write_option`` as strict xfails.
+one, ``ReplacePartitions`` an INSERT OVERWRITE. The ``isolation-level`` write option turns INSERT
+OVERWRITE / overwrite-by-filter into a validated commit (fact c): the ``iceberg-*-validated``
+profiles say so (``test_profile_knows_the_isolation_level_write_option``).
 """
 
 from __future__ import annotations
@@ -343,14 +343,20 @@ def test_dataframe_overwrite_validates_only_with_the_isolation_level_option(spar
     assert not SERIALIZABLE.cell(Op.INSERT_INTO, Op.INSERT_OVERWRITE).later_fails  # right without the option
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PROFILE DISAGREES (fact c): iceberg-* insert_into->insert_overwrite says ok (overwrite); with the "
-    "DataFrame isolation-level=serializable write option (and validate-from-snapshot-id) Iceberg fails the "
-    "overwrite with ValidationException; the profile has no way to declare the option",
-)
 def test_profile_knows_the_isolation_level_write_option() -> None:
     """The engine evidence is test_dataframe_overwrite_validates_only_with_the_isolation_level_option
-    and test_append_replace_conflict; here only what the profile says for that write."""
-    for profile in (SERIALIZABLE, SNAPSHOT):
-        assert profile.cell(Op.INSERT_INTO, Op.INSERT_OVERWRITE).later_fails
+    and test_append_replace_conflict; here only what the profiles say for that write: the
+    ``-validated`` profiles (declared for jobs that set the option) fail it, the others commit."""
+    validated = get_profile("iceberg-serializable-validated")
+    cell = validated.cell(Op.INSERT_INTO, Op.INSERT_OVERWRITE)
+    assert cell.later_fails and cell.exception is ConflictKind.VALIDATION_CONFLICT
+    assert CONFLICTING in cell.note  # the ValidationException the engine raised above
+    assert validated.validator is not None
+    append = Footprint(Op.INSERT_INTO, frozenset(), frozenset({"ds=b"}), files_added=frozenset({FileRef("n", "ds=b")}))
+    overwrite = Footprint(Op.INSERT_OVERWRITE, frozenset(), frozenset({"ds=b"}), files_added=frozenset({FileRef("o", "ds=b")}))
+    found = validated.validator(overwrite, append)
+    assert found is not None and CONFLICTING in found[1]
+    # snapshot checks only conflicting deletes: an append does not fail the overwrite
+    assert not get_profile("iceberg-snapshot-validated").cell(Op.INSERT_INTO, Op.INSERT_OVERWRITE).later_fails
+    for profile in (SERIALIZABLE, SNAPSHOT):  # no write option: the overwrite commits
+        assert not profile.cell(Op.INSERT_INTO, Op.INSERT_OVERWRITE).later_fails

@@ -17,9 +17,10 @@ from occflow.core.errors import CommitConflict, UnknownOperationError
 from occflow.core.footprint import FileRef, Footprint, PartitionKey
 from occflow.core.kinds import ConflictKind
 from occflow.core.operations import Operation as Op
-from occflow.core.profiles import Cell, Effect, OverwriteScope, Profile, RuleKind, get_profile
+from occflow.core.profiles import Cell, Condition, Effect, OverwriteScope, Profile, RuleKind, get_profile
 from occflow.core.profiles.iceberg import ICEBERG_MATRIX, SPARK_CHECKED, snapshot_operation
 from occflow.core.reference import ReferenceTable
+from occflow.core.render import matrix_markdown, matrix_table
 
 PROFILES = {"serializable": get_profile("iceberg-serializable"), "snapshot": get_profile("iceberg-snapshot")}
 OPS = (
@@ -338,3 +339,165 @@ def test_missing_files_check_is_liveness_a_file_rewritten_into_itself_stays_live
     assert profile.validator(mine, into_itself) is None
     verdict = profile.validator(mine, gone)
     assert verdict is not None and verdict[0] is ConflictKind.VALIDATION_CONFLICT
+
+
+# ---- DataFrame overwrites written with the isolation-level write option ----------------------
+#
+# Restated from SparkWrite.DynamicOverwrite / OverwriteByFilter (Iceberg 1.10.2) and
+# MergingSnapshotProducer: with option("isolation-level", L) and validate-from-snapshot-id the
+# overwrite runs validateAddedDataFiles (serializable only: newer 'append'/'overwrite' snapshots
+# adding a file to its partitions), then validateDeletedDataFiles (both levels: newer
+# 'overwrite'/'replace'/'delete' snapshots removing one). Earlier jobs' snapshots, in OPS order:
+# overwrite, delete, append, overwrite, overwrite, overwrite, replace, none.
+
+VALIDATED = {
+    "serializable": get_profile("iceberg-serializable-validated"),
+    "snapshot": get_profile("iceberg-snapshot-validated"),
+}
+_ADDED, _DELETED = "MergingSnapshotProducer.validateAddedDataFiles", "MergingSnapshotProducer.validateDeletedDataFiles"
+# earlier job -> the check a later validated overwrite fails in ("" : it commits).
+_VALIDATED_OVERWRITE = {
+    "serializable": dict(zip(OPS, (_ADDED, _DELETED, _ADDED, _ADDED, _ADDED, _ADDED, _DELETED, ""), strict=True)),
+    "snapshot": dict(zip(OPS, (_DELETED, _DELETED, "", _DELETED, _DELETED, _DELETED, _DELETED, ""), strict=True)),
+}
+VALIDATED_CELLS = [
+    pytest.param(level, earlier, later, id=f"{level}-validated:{earlier.value}-then-{later.value}")
+    for level in VALIDATED
+    for earlier in OPS
+    for later in OPS
+]
+
+
+def _validated_expectation(level: str, earlier: Op, later: Op) -> str | None:
+    """The check the later job fails in; None when the base profile's expectation applies."""
+    return _VALIDATED_OVERWRITE[level][earlier] if later is Op.INSERT_OVERWRITE else None
+
+
+@pytest.mark.parametrize(("level", "earlier", "later"), VALIDATED_CELLS)
+def test_validated_cell_matches_the_iceberg_source(level: str, earlier: Op, later: Op) -> None:
+    cell = VALIDATED[level].cell(earlier, later)
+    check = _validated_expectation(level, earlier, later)
+    if check is None:
+        assert cell == PROFILES[level].cell(earlier, later), "every other cell is the base profile's"
+        return
+    assert cell.later_fails is bool(check)
+    assert cell.effect is (Effect.LATER_FAILS if check else Effect.OVERWRITE)
+    assert cell.exception is (ConflictKind.VALIDATION_CONFLICT if check else None)
+    if check:
+        assert cell.note.startswith(check + ":")
+    assert "SparkWrite.DynamicOverwrite" in cell.source and f"isolation-level={level}" in cell.source
+    assert "test_dataframe_overwrite_validates_only_with_the_isolation_level_option" in cell.source
+
+
+@pytest.mark.parametrize("level", VALIDATED)
+def test_validated_profile_differs_from_the_base_only_where_the_overwrite_validates(level: str) -> None:
+    base, validated = PROFILES[level], VALIDATED[level]
+    assert validated.operations == base.operations
+    changed = {(a, b) for a in OPS for b in OPS if validated.cell(a, b) != base.cell(a, b)}
+    assert changed == {(a, Op.INSERT_OVERWRITE) for a in OPS}  # new source everywhere in the column
+    verdicts = {(a, b) for a, b in changed if validated.later_fails(a, b) != base.later_fails(a, b)}
+    assert verdicts == {(a, Op.INSERT_OVERWRITE) for a in OPS if _VALIDATED_OVERWRITE[level][a]}
+    assert validated.name == f"{base.name}-validated" and level in validated.isolation
+    assert validated.extra_kinds == base.extra_kinds and validated.rules is RuleKind.FOOTPRINT
+
+
+@pytest.mark.parametrize(("level", "earlier", "later"), VALIDATED_CELLS)
+def test_reference_engine_with_the_validated_profile_fails_exactly_its_failing_cells(
+    level: str, earlier: Op, later: Op
+) -> None:
+    profile = VALIDATED[level]
+    table = ReferenceTable(profile, partitions=("ds=1", "ds=2"))
+    table.run(Op.INSERT_INTO, ["ds=1"])
+    table.run(Op.INSERT_INTO, ["ds=2"])
+    later_txn = table.begin(later, ["ds=1"])
+    table.run(earlier, ["ds=1"])
+    cell = profile.cell(earlier, later)
+    if not cell.later_fails:
+        assert later_txn.commit().operation is later
+        return
+    with pytest.raises(CommitConflict) as raised:
+        later_txn.commit()
+    assert raised.value.kind is cell.exception
+    method = cell.note.split(":", 1)[0]
+    assert method in str(raised.value)
+
+
+@pytest.mark.parametrize(("level", "earlier", "later"), VALIDATED_CELLS)
+def test_validated_validator_on_canonical_footprints_reproduces_the_cell(level: str, earlier: Op, later: Op) -> None:
+    profile = VALIDATED[level]
+    assert profile.validator is not None
+    verdict = profile.validator(canonical(later, "ds=1", LIVE, "later"), canonical(earlier, "ds=1", LIVE, "earlier"))
+    cell = profile.cell(earlier, later)
+    assert (None if verdict is None else verdict[0]) is cell.exception
+    if verdict is not None:
+        assert cell.note.startswith(verdict[1].split(": ", 1)[0] + ":")
+    # ... and never across partitions (ALTER TABLE aside: it writes no snapshot at all)
+    assert profile.validator(canonical(later, "ds=1", LIVE, "later"), canonical(earlier, "ds=2", LIVE, "e")) is None
+
+
+def _dataframe_overwrite(partitions: frozenset[str] | None) -> Footprint:
+    """``df.writeTo(t).overwritePartitions()``: reads nothing, replaces the partitions it writes."""
+    return Footprint(
+        Op.INSERT_OVERWRITE,
+        frozenset(),
+        partitions,
+        files_added=frozenset({FileRef("new", p) for p in partitions or ("ds=1",)}),
+    )
+
+
+def test_validated_overwrite_is_scoped_by_the_partitions_it_replaces_not_by_what_it_read() -> None:
+    append = canonical(Op.INSERT_INTO, "ds=1", LIVE, "a")
+    serializable, snapshot = VALIDATED["serializable"].validator, VALIDATED["snapshot"].validator
+    assert serializable is not None and snapshot is not None
+    verdict = serializable(_dataframe_overwrite(frozenset({"ds=1"})), append)
+    assert verdict is not None
+    assert verdict[1] == (
+        "MergingSnapshotProducer.validateAddedDataFiles: Found conflicting files that can contain records "
+        "matching ds=1: [a-new]"
+    )
+    assert serializable(_dataframe_overwrite(frozenset({"ds=2"})), append) is None
+    # an unpartitioned overwrite (the whole table) validates against every partition
+    whole = serializable(_dataframe_overwrite(None), canonical(Op.INSERT_INTO, "ds=2", LIVE, "a"))
+    assert whole is not None and "true (whole table)" in whole[1]
+    assert snapshot(_dataframe_overwrite(frozenset({"ds=1"})), append) is None
+
+
+def test_validated_overwrite_fails_after_a_rewrite_into_itself_deleted_entries_not_liveness() -> None:
+    """validateDeletedDataFiles reads DELETED manifest entries: a 'replace' that removed and
+    re-added the same file still has one, unlike the liveness check of a copy-on-write UPDATE."""
+    f = FileRef("a.parquet", "ds=1")
+    into_itself = Footprint(
+        Op.OPTIMIZE, frozenset({"ds=1"}), frozenset({"ds=1"}), files_read=frozenset({f}),
+        files_removed=frozenset({f}), files_added=frozenset({f}), data_change=False,
+    )
+    for level, profile in VALIDATED.items():
+        assert profile.validator is not None
+        verdict = profile.validator(_dataframe_overwrite(frozenset({"ds=1"})), into_itself)
+        assert verdict is not None, level
+        assert verdict[1].startswith(_DELETED + ": Found conflicting deleted files") and "a.parquet" in verdict[1]
+        assert PROFILES[level].validator is not None
+        assert PROFILES[level].validator(_dataframe_overwrite(frozenset({"ds=1"})), into_itself) is None
+
+
+def test_base_profiles_never_validate_an_overwrite_even_with_the_validated_check_scope() -> None:
+    """The SQL INSERT OVERWRITE (no write option) commits after every earlier job."""
+    for level, profile in PROFILES.items():
+        assert profile.validator is not None
+        for earlier in OPS:
+            theirs = canonical(earlier, "ds=1", LIVE, "e")
+            assert profile.validator(_dataframe_overwrite(frozenset({"ds=1"})), theirs) is None, (level, earlier)
+
+
+def test_rendered_matrices_mark_same_rows_cells_and_only_them() -> None:
+    rlc = get_profile("delta-serializable-rlc")
+    same = [c for c in rlc.cells if c.condition is Condition.SAME_ROWS]
+    assert same, "delta-serializable-rlc has same-rows cells"
+    text, page = matrix_table(rlc), matrix_markdown(rlc)
+    for cell in same:
+        assert cell.exception is not None
+        row = next(line for line in page.splitlines() if line.startswith(f"| `{cell.earlier.value}` | **"))
+        grid = row.split(" | ")[1:]
+        assert grid[rlc.operations.index(cell.later)].strip(" |") == f"**fails**: `{cell.exception.value}` (same rows)"
+    assert text.count("(same rows)") == len(same) + 1  # the cells and the legend
+    iceberg = VALIDATED["serializable"]
+    assert "(same rows)" not in matrix_table(iceberg) and "(same rows)" not in matrix_markdown(iceberg)

@@ -6,13 +6,24 @@ import json
 
 from tabulate import tabulate
 
-from .profiles import Cell, Profile
+from .profiles import Cell, Condition, Profile
+
+
+def _when(cell: Cell) -> str:
+    """`` (same rows)`` for a cell that fails only when both jobs modify the same rows."""
+    return " (same rows)" if cell.condition is Condition.SAME_ROWS else ""
+
+
+_SAME_ROWS_LEGEND = (
+    " A cell marked (same rows) fails only when both jobs modify the same rows (row-level "
+    "concurrency); occflow cannot see rows, so it keeps every such pair on one footprint apart."
+)
 
 
 def _short(cell: Cell) -> str:
     if cell.later_fails:
         assert cell.exception is not None
-        return f"FAIL {cell.exception.value}"
+        return f"FAIL {cell.exception.value}{_when(cell)}"
     return f"ok ({cell.effect.value})"
 
 
@@ -25,10 +36,14 @@ def matrix_table(profile: Profile) -> str:
     ops = profile.operations
     header = ["earlier \\ later"] + [op.value for op in ops]
     rows = [[a.value] + [_short(profile.cell(a, b)) for b in ops] for a in ops]
+    legend = ["(same rows): fails only when both jobs modify the same rows"] * any(
+        c.condition is Condition.SAME_ROWS for c in profile.cells
+    )
     return "\n".join([
         f"{profile.name}: {profile.title} ({profile.isolation})",
         tabulate(rows, headers=header, tablefmt="simple", disable_numparse=True),
         "rows: the job that commits first; columns: the job that commits later, on the same table or partition",
+        *legend,
     ])
 
 
@@ -50,7 +65,7 @@ def matrix_markdown(profile: Profile) -> str:
         "",
         "Two jobs on the same non-partitioned table or the same partition. Rows: the job that "
         "commits first; columns: the job that commits later. A cell shows what happens to the "
-        "later job.",
+        "later job." + _SAME_ROWS_LEGEND * any(c.condition is Condition.SAME_ROWS for c in profile.cells),
         "",
         "| earlier \\ later | " + " | ".join(f"`{op.value}`" for op in ops) + " |",
         "|---|" + "---|" * len(ops),
@@ -59,7 +74,9 @@ def matrix_markdown(profile: Profile) -> str:
         cells = []
         for b in ops:
             c = profile.cell(a, b)
-            cells.append(f"**fails**: `{c.exception.value}`" if c.exception else c.effect.value.replace("_", " "))
+            cells.append(
+                f"**fails**: `{c.exception.value}`{_when(c)}" if c.exception else c.effect.value.replace("_", " ")
+            )
         lines.append(f"| `{a.value}` | " + " | ".join(cells) + " |")
     lines += [
         "",
@@ -72,7 +89,7 @@ def matrix_markdown(profile: Profile) -> str:
         exc = f"`{c.exception.value}`" if c.exception else ""
         note = c.note.replace("|", "\\|").replace("\n", " ")
         lines.append(
-            f"| `{c.earlier.value}` | `{c.later.value}` | {'yes' if c.later_fails else 'no'} | {exc} | "
+            f"| `{c.earlier.value}` | `{c.later.value}` | {'yes' if c.later_fails else 'no'}{_when(c)} | {exc} | "
             f"{c.effect.value} | {c.source} | {note} |"
         )
     if profile.extra_kinds:

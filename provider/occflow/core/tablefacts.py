@@ -257,13 +257,14 @@ class TableFacts:
     def check_declared_profile(self, declared: str | Profile, operation: Operation | None = None) -> None:
         """Refuse a declared profile the table's facts contradict, naming the fact.
 
-        One allowance: the non-row-level matrix on a table that qualifies for row-level
+        Two allowances: the non-row-level matrix on a table that qualifies for row-level
         concurrency (a Databricks Runtime before 14.2 has none, and that matrix keeps more
-        pairs apart, never fewer).
+        pairs apart, never fewer); and an Iceberg ``-validated`` profile, for writes that set the
+        DataFrame ``isolation-level`` option (a property of the write, not of the table).
         """
         profile = get_profile(declared)
         expected = self.profile_name(operation)
-        if profile.name == expected or profile.name == expected.removesuffix("-rlc"):
+        if profile.name in (expected, expected.removesuffix("-rlc"), f"{expected}-validated"):
             return
         raise InvalidDeclarationError(
             f"profile {profile.name!r} contradicts table {self.table}: {self._contradiction(profile, operation)}; "

@@ -15,6 +15,8 @@ bytecode of ``iceberg-spark-runtime-3.5_2.12-1.10.2.jar``:
   the partitions of its new files *at commit*. It validates only when the ``isolation-level``
   *write option* is set (``SparkWriteConf.isolationLevel()`` reads no table property), which SQL
   ``INSERT OVERWRITE`` cannot set, so by default it never fails. Snapshot operation ``overwrite``.
+  A DataFrame write that sets it is what ``iceberg-{serializable,snapshot}-validated`` describe
+  (the end of this module).
 - ``truncate`` (``DELETE FROM t WHERE <whole partitions>``, ``TRUNCATE TABLE``): Spark's
   metadata-only delete, ``SparkTable.deleteWhere`` -> ``StreamingDelete.deleteFromRowFilter``;
   no validation, deletes whatever matches the filter at commit. Snapshot operation ``delete``.
@@ -128,6 +130,15 @@ class Looks(str, enum.Enum):
 
     ADDED_IN_SCOPE = "added"  # data files it added within the committing job's filter
     REMOVED_OF_MINE = "mine"  # data files it removed that the committing job also removes
+    REMOVED_IN_SCOPE = "removed"  # data files it removed within the committing job's filter
+
+
+def conflict_scope(footprint: Footprint) -> frozenset[str] | None:
+    """The partitions a check compares with (``None``: the whole table): ReplacePartitions'
+    replaced partitions (the ones it writes), otherwise the scan's filter."""
+    if COMMIT_API.get(footprint.operation) is CommitApi.REPLACE_PARTITIONS:
+        return footprint.write_partitions
+    return footprint.read_partitions
 
 
 @dataclass(frozen=True)
@@ -149,12 +160,13 @@ class Check:
         if self.looks is Looks.REMOVED_OF_MINE:
             # Liveness, not removal: a winner that rewrote a file into itself left it live.
             return tuple(sorted((winner.files_removed - winner.files_added) & current.files_removed))
-        # The conflict detection filter is the scan's filter: its partitions, or the whole table.
-        scope = current.read_partitions
-        return tuple(sorted(f for f in winner.files_added if scope is None or f.partition in scope))
+        # The conflict detection filter: its partitions, or the whole table.
+        scope = conflict_scope(current)
+        pool = winner.files_added if self.looks is Looks.ADDED_IN_SCOPE else winner.files_removed
+        return tuple(sorted(f for f in pool if scope is None or f.partition in scope))
 
     def reason(self, current: Footprint, files: tuple[FileRef, ...]) -> str:
-        scope = current.read_partitions
+        scope = conflict_scope(current)
         where = "true (whole table)" if scope is None else ", ".join(sorted(scope)) or "''"
         paths = ", ".join(f.path for f in files)
         return f"{self.method}: {self.message.format(filter=where)}: [{paths}]"
@@ -172,6 +184,13 @@ MISSING_FILES_TO_DELETE = Check(
     looks=Looks.REMOVED_OF_MINE,
     snapshot_operations=None,
 )
+# A DELETED manifest entry, not liveness: a file rewritten into itself still counts.
+DELETED_DATA_FILES = Check(
+    method="MergingSnapshotProducer.validateDeletedDataFiles",
+    message="Found conflicting deleted files that can contain records matching {filter}",
+    looks=Looks.REMOVED_IN_SCOPE,
+    snapshot_operations=frozenset({OVERWRITE, REPLACE, DELETE}),
+)
 
 # What each commit path validates, in Iceberg's order (validate() first, then apply()'s manifest
 # filter). MergingSnapshotProducer.validateNoNewDeletesForDataFiles is left out: copy-on-write
@@ -187,6 +206,13 @@ VALIDATIONS: dict[tuple[CommitApi, IsolationLevel], tuple[Check, ...]] = {
     # No validation: appends, SQL overwrites (no isolation-level write option), metadata deletes
     # by filter and metadata transactions never fail validation.
 }
+#: A DataFrame overwrite written with the ``isolation-level`` write option (SparkWrite
+#: DynamicOverwrite / OverwriteByFilter): validateNoConflictingData at serializable, and
+#: validateNoConflictingDeletes at both (validateNoNewDeleteFiles: no delete files modelled).
+OVERWRITE_OPTION_VALIDATIONS: dict[IsolationLevel, tuple[Check, ...]] = {
+    IsolationLevel.SERIALIZABLE: (ADDED_DATA_FILES, DELETED_DATA_FILES),
+    IsolationLevel.SNAPSHOT: (DELETED_DATA_FILES,),
+}
 
 
 def _api(footprint: Footprint) -> CommitApi:
@@ -200,18 +226,25 @@ def _api(footprint: Footprint) -> CommitApi:
         ) from None
 
 
-def iceberg_validator(level: IsolationLevel) -> Validator:
-    """The port of Iceberg's commit validations for Spark writes at ``level``."""
+def iceberg_validator(level: IsolationLevel, *, overwrite_option: bool = False) -> Validator:
+    """The port of Iceberg's commit validations for Spark writes at ``level``; with
+    ``overwrite_option`` an INSERT OVERWRITE is written with ``isolation-level=<level>``."""
 
     def validate(current: Footprint, winner: Footprint) -> tuple[ConflictKind, str] | None:
         _api(winner)  # an operation Iceberg cannot commit is an error, whichever side it is on
-        for check in VALIDATIONS.get((_api(current), level), ()):
+        api = _api(current)
+        if overwrite_option and api is CommitApi.REPLACE_PARTITIONS:
+            checks = OVERWRITE_OPTION_VALIDATIONS[level]
+        else:
+            checks = VALIDATIONS.get((api, level), ())
+        for check in checks:
             files = check.finds(current, winner)
             if files:
                 return ConflictKind.VALIDATION_CONFLICT, check.reason(current, files)
         return None
 
-    validate.__name__ = f"iceberg_{level.value}_validator"
+    suffix = "_validated" if overwrite_option else ""
+    validate.__name__ = f"iceberg_{level.value}{suffix}_validator"
     return validate
 
 
@@ -232,6 +265,7 @@ class Outcome:
 
 FAILS_ADDED = Outcome(Effect.LATER_FAILS, ADDED_DATA_FILES)
 FAILS_MISSING = Outcome(Effect.LATER_FAILS, MISSING_FILES_TO_DELETE)
+FAILS_DELETED = Outcome(Effect.LATER_FAILS, DELETED_DATA_FILES)
 APPENDS = Outcome(Effect.APPEND)
 OVERWRITES = Outcome(Effect.OVERWRITE)
 APPLIES = Outcome(Effect.APPLIED)
@@ -422,6 +456,13 @@ ICEBERG_MATRIX: tuple[tuple[Op, Op, Outcome, Outcome, str], ...] = (
 )
 
 
+def _reason(outcome: Outcome, scope: str) -> str:
+    """The Iceberg check a failing cell fails in, as the note's first sentence."""
+    if outcome.check is None:
+        return ""
+    return f"{outcome.check.method}: '{outcome.check.message.format(filter=scope)}'."
+
+
 def cells_for(level: IsolationLevel) -> tuple[Cell, ...]:
     """The matrix's cells at one isolation level."""
     pick: Callable[[tuple[Op, Op, Outcome, Outcome, str]], Outcome] = (
@@ -435,11 +476,7 @@ def cells_for(level: IsolationLevel) -> tuple[Cell, ...]:
         checked = (
             "Checked on Spark 3.5.9 + Iceberg 1.10.2." if (level, earlier, later) in SPARK_CHECKED else ""
         )
-        reason = (
-            f"{outcome.check.method}: '{outcome.check.message.format(filter='<scan filter>')}'."
-            if outcome.check
-            else ""
-        )
+        reason = _reason(outcome, "<scan filter>")
         cells.append(
             Cell(
                 earlier=earlier,
@@ -506,4 +543,112 @@ ICEBERG_SNAPSHOT = Profile(
     validator=iceberg_validator(IsolationLevel.SNAPSHOT),
 )
 
-PROFILES: tuple[Profile, ...] = (ICEBERG_SERIALIZABLE, ICEBERG_SNAPSHOT)
+
+# ---- DataFrame overwrites written with the isolation-level write option ------------------------
+
+#: (earlier job, serializable, snapshot): a later INSERT OVERWRITE written as
+#: ``df.writeTo(t).option("isolation-level", L).option("validate-from-snapshot-id", S)``
+#: ``.overwritePartitions()`` / ``.overwrite(cond)``. Serializable fails in
+#: validateAddedDataFiles on a newer append/overwrite snapshot adding a file to its partitions,
+#: then (both levels) in validateDeletedDataFiles on a newer overwrite/replace/delete snapshot
+#: removing one; a metadata transaction writes no snapshot.
+VALIDATED_OVERWRITE_COLUMN: tuple[tuple[Op, Outcome, Outcome], ...] = (
+    (Op.INSERT_OVERWRITE, FAILS_ADDED, FAILS_DELETED),
+    (Op.TRUNCATE, FAILS_DELETED, FAILS_DELETED),
+    (Op.INSERT_INTO, FAILS_ADDED, OVERWRITES),
+    (Op.UPDATE, FAILS_ADDED, FAILS_DELETED),
+    (Op.DELETE, FAILS_ADDED, FAILS_DELETED),
+    (Op.MERGE, FAILS_ADDED, FAILS_DELETED),
+    (Op.OPTIMIZE, FAILS_DELETED, FAILS_DELETED),
+    (Op.ALTER_METADATA, OVERWRITES, OVERWRITES),
+)
+#: Run on real Spark 3.5 + Iceberg 1.10.2 by tests/conformance_upstream/test_iceberg_validation.py.
+VALIDATED_SPARK_CHECKED: frozenset[tuple[IsolationLevel, Op]] = frozenset({(_S, Op.INSERT_INTO)})
+_VALIDATED_SOURCE = (
+    "iceberg 1.10 SparkWrite.DynamicOverwrite / OverwriteByFilter with write options isolation-level={level} "
+    "and validate-from-snapshot-id -> BaseReplacePartitions.validate / BaseOverwriteFiles.validate "
+    "({checks}); {earlier}; tests: tests/conformance_upstream/test_iceberg_validation.py::"
+    "test_dataframe_overwrite_validates_only_with_the_isolation_level_option, ::test_append_replace_conflict; "
+    "upstream spark-extensions TestConflictValidation"
+)
+_NOTE_VALIDATED = (
+    "Only for an overwrite written with the isolation-level write option and "
+    "validate-from-snapshot-id = the snapshot it read: without validate-from-snapshot-id Iceberg "
+    "validates from the table's first snapshot and fails on any earlier write to the partition "
+    "(TestConflictValidation.testOverwriteFilterNoSnapshotIdValidation). Merge-on-read delete files "
+    "(validateNoNewDeleteFiles) are not modelled."
+)
+
+
+def validated_cells_for(level: IsolationLevel) -> tuple[Cell, ...]:
+    """The base matrix at ``level``, with the INSERT OVERWRITE column validated as the write
+    option ``isolation-level=<level>`` makes it."""
+    column = {
+        earlier: serializable if level is IsolationLevel.SERIALIZABLE else snapshot
+        for earlier, serializable, snapshot in VALIDATED_OVERWRITE_COLUMN
+    }
+    checks = ", ".join(check.method.rsplit(".", 1)[-1] for check in OVERWRITE_OPTION_VALIDATIONS[level])
+    cells = []
+    for cell in cells_for(level):
+        if cell.later is not Op.INSERT_OVERWRITE:
+            cells.append(cell)
+            continue
+        outcome = column[cell.earlier]
+        fails = outcome.effect is Effect.LATER_FAILS
+        checked = (
+            "Checked on Spark 3.5.9 + Iceberg 1.10.2 (DataFrame overwritePartitions and overwrite(cond))."
+            if (level, cell.earlier) in VALIDATED_SPARK_CHECKED
+            else "Read from the source, not run."
+        )
+        source = _VALIDATED_SOURCE.format(level=level.value, checks=checks, earlier=_BY_EARLIER[cell.earlier])
+        cells.append(
+            Cell(
+                earlier=cell.earlier,
+                later=cell.later,
+                later_fails=fails,
+                exception=ConflictKind.VALIDATION_CONFLICT if fails else None,
+                effect=outcome.effect,
+                source=source,
+                note=" ".join(part for part in (_reason(outcome, "<partitions>"), _NOTE_VALIDATED, checked) if part),
+            )
+        )
+    return tuple(cells)
+
+
+def _validated(base: Profile, level: IsolationLevel) -> Profile:
+    return Profile(
+        name=f"{base.name}-validated",
+        title=f"{base.title}; DataFrame overwrites written with option isolation-level={level.value}",
+        table_format="iceberg",
+        isolation=f"{base.isolation}; DataFrame write option isolation-level={level.value}",
+        rules=RuleKind.FOOTPRINT,
+        overwrite_scope=OverwriteScope.PARTITION_AT_COMMIT,
+        sources=(
+            *SOURCES,
+            "apache/iceberg spark/v3.5/spark-extensions/src/test/java/org/apache/iceberg/spark/extensions/TestConflictValidation.java",
+        ),
+        cells=validated_cells_for(level),
+        description=(
+            f"As {base.name}, for jobs whose INSERT OVERWRITE is a DataFrame write with "
+            f"option('isolation-level', '{level.value}') and option('validate-from-snapshot-id', <the snapshot "
+            "it read>) (overwritePartitions() or overwrite(cond)): that overwrite validates its partitions "
+            + (
+                "and fails when a concurrent commit added or removed a data file there."
+                if level is IsolationLevel.SERIALIZABLE
+                else "and fails when a concurrent commit removed a data file there; an append does not fail it."
+            )
+        ),
+        extra_kinds=_EXTRA,
+        validator=iceberg_validator(level, overwrite_option=True),
+    )
+
+
+ICEBERG_SERIALIZABLE_VALIDATED = _validated(ICEBERG_SERIALIZABLE, IsolationLevel.SERIALIZABLE)
+ICEBERG_SNAPSHOT_VALIDATED = _validated(ICEBERG_SNAPSHOT, IsolationLevel.SNAPSHOT)
+
+PROFILES: tuple[Profile, ...] = (
+    ICEBERG_SERIALIZABLE,
+    ICEBERG_SNAPSHOT,
+    ICEBERG_SERIALIZABLE_VALIDATED,
+    ICEBERG_SNAPSHOT_VALIDATED,
+)
