@@ -213,7 +213,8 @@ def test_overwrite_incompatible_deletion_validated(spark: Any) -> None:
 def test_a_file_rewritten_into_itself_stays_live(spark: Any) -> None:
     """Iceberg checks that the files an overwrite deletes are live, not that nobody removed them
     (ManifestFilterManager), and validateAddedDataFiles skips ``replace`` snapshots: a rewrite that
-    puts a file back as it was fails nothing. The profile (by removal) says the later job fails."""
+    puts a file back as it was fails nothing. The profile's cell says the later job fails (coarser);
+    its validator checks liveness as Iceberg does."""
     lake = Lake(spark)
     pending = (
         lake.table.newOverwrite()
@@ -228,13 +229,18 @@ def test_a_file_rewritten_into_itself_stays_live(spark: Any) -> None:
     assert lake.load(lake.name).currentSnapshot().operation() == "replace"
     assert outcome(pending.commit) is None
     assert lake.rows() == [(1, "a"), (20, "b")]
-    # conservative: the cell and the validator (which compares removals) both fail it
+    # The cell stays conservative (a compaction that really rewrites the file fails the update);
+    # the validator, like Iceberg, checks liveness: the file is still live, no conflict.
     assert SERIALIZABLE.cell(Op.OPTIMIZE, Op.UPDATE).later_fails
     f = FileRef("b1", "ds=b")
     rewrite = Footprint(Op.OPTIMIZE, frozenset({"ds=b"}), frozenset({"ds=b"}), frozenset({f}), frozenset({f}), frozenset({f}), data_change=False)
     update = Footprint(Op.UPDATE, frozenset({"ds=b"}), frozenset({"ds=b"}), frozenset({f}), frozenset({f}))
     assert SERIALIZABLE.validator is not None
-    found = SERIALIZABLE.validator(update, rewrite)
+    assert SERIALIZABLE.validator(update, rewrite) is None
+    # ... and a compaction that replaced the file by another one fails it, as Iceberg does.
+    g = FileRef("b2", "ds=b")
+    really = Footprint(Op.OPTIMIZE, frozenset({"ds=b"}), frozenset({"ds=b"}), frozenset({f}), frozenset({f}), frozenset({g}), data_change=False)
+    found = SERIALIZABLE.validator(update, really)
     assert found is not None and found[0] is ConflictKind.VALIDATION_CONFLICT
 
 
