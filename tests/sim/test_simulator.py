@@ -1,7 +1,8 @@
 """The simulator: deterministic, self-consistent metrics, and each policy behaving as designed.
 
-Commits are decided by the core's reference engine, so these tests check the simulator's
-bookkeeping and the policies, on small workloads where the right answer can be worked out.
+Commits are decided by the simulator's matrix engine (tests/sim/test_engine.py checks it against
+the matrices and a brute-force oracle), so these tests check the simulator's bookkeeping and the
+policies, on small workloads where the right answer can be worked out.
 """
 
 from __future__ import annotations
@@ -87,29 +88,32 @@ def test_occflow_never_runs_two_conflicting_jobs_on_one_footprint_at_once(path: 
 
 def test_occflow_admits_conflicting_jobs_first_come_first_served() -> None:
     # Three merges on one partition arrive 1s apart; an append to another partition never waits.
+    # A merge that had to wait for its lease starts admission_latency after the grant.
     w = workload([
         {"name": "m", "table": "t", "operation": "merge", "partitions": ["p000"], "duration": 100,
          "arrival": {"every": 1}, "count": 3},
         {"name": "a", "table": "t", "operation": "insert_into", "partitions": ["p001"], "duration": 10,
          "arrival": 5},
-    ])
+    ], policies={"airflow": {"admission_latency": 2, "requeue_delay": 7}})
     run = simulate(w, "occflow")
     starts = {run.jobs[a.job].name: a.start for a in run.attempts}
-    assert starts == {"m-0": 0, "m-1": 100, "m-2": 200, "a": 5}
+    assert starts == {"m-0": 0, "m-1": 100 + 2, "m-2": 102 + 100 + 2, "a": 5}
+    assert run.metrics.held_waiting_seconds == pytest.approx(2 * 2)  # slot held, nothing running yet
     assert run.metrics.failed_attempts == 0
 
 
 def test_naive_retries_every_failure_even_one_that_is_not_retry_safe() -> None:
-    # A protocol change commits while a MERGE runs: the MERGE loses with protocol_changed.
+    # A protocol upgrade (REORG ... APPLY UPGRADE) commits while a MERGE runs: the matrix's
+    # upgrade_protocol row fails the MERGE with protocol_changed, which is not retry-safe.
     jobs = [
         {"table": "t", "operation": "merge", "partitions": ["p000"], "duration": 100},
-        {"table": "t", "operation": "alter_metadata", "duration": 10, "protocol_change": True},
+        {"table": "t", "operation": "upgrade_protocol", "duration": 10},
     ]
-    w = workload(jobs, policies={"naive": {"retries": 2, "retry_delay": 30}})
+    w = workload(jobs, policies={"naive": {"retries": 2, "retry_delay": 30}, "airflow": {"requeue_delay": 4}})
     naive = simulate(w, "naive")
     merge = [a for a in naive.attempts if a.job == 0]
     assert [(a.kind, a.action) for a in merge] == [("protocol_changed", "reschedule"), (None, None)]
-    assert merge[1].start == pytest.approx(100 + 30)  # the fixed retry delay
+    assert merge[1].start == pytest.approx(100 + 30 + 4)  # the fixed retry delay, then the re-queue
     classified = simulate(w, "occflow-retry")
     assert [(a.kind, a.action) for a in classified.attempts if a.job == 0] == [("protocol_changed", "fail")]
     assert classified.outcomes[0].status == "failed"
@@ -131,7 +135,7 @@ def test_occflow_retry_skips_a_compaction_that_lost_to_a_writer() -> None:
         {"table": "t", "operation": "optimize", "partitions": ["p001"], "duration": 100, "arrival": 2},
         {"table": "t", "operation": "merge", "partitions": ["p001"], "duration": 20, "arrival": 3},
     ]
-    w = workload(jobs)
+    w = workload(jobs, policies={"naive": {"retries": 3, "retry_delay": 60}})
     classified = simulate(w, "occflow-retry")
     assert classified.outcomes[1].status == "skipped"
     assert [a.action for a in classified.attempts if a.job == 1] == ["skip"]
@@ -159,11 +163,14 @@ def test_pool_runs_one_job_per_table_and_is_slower_where_partitions_allow_parall
     w = parse_workload(  # one merge per partition, eight partitions
         {"slots": 4, "tables": [{"name": "t", "profile": "delta-serializable", "partitions": 8}],
          "jobs": [{"table": "t", "operation": "merge", "partitions": [f"p{i:03d}"], "duration": 60}
-                  for i in range(8)]},
+                  for i in range(8)],
+         "policies": {"airflow": {"admission_latency": 1.5}}},
         "pool.yaml",
     )
-    pool, occflow = simulate(w, "pool"), simulate(w, "occflow")
-    assert pool.metrics.makespan == pytest.approx(8 * 60)
+    pool, occflow = simulate(w, "table-pool"), simulate(w, "occflow")
+    # Seven merges wait for the pool's slot, each then starts admission_latency after the grant;
+    # under occflow the last four wait for a worker slot only, not for admission: no latency.
+    assert pool.metrics.makespan == pytest.approx(8 * 60 + 7 * 1.5)
     assert occflow.metrics.makespan == pytest.approx(2 * 60)
     assert occflow.metrics.makespan == pytest.approx(occflow.metrics.lower_bound)
     intervals = sorted((a.start, a.end) for a in pool.attempts)
@@ -197,7 +204,7 @@ def test_oracle_row_is_the_bound_with_nothing_wasted() -> None:
 def test_merge_heavy_goals_occflow_wastes_under_2_percent_near_the_bound_and_beats_naive_and_pool(seed: int) -> None:
     w = load_workload(next(p for p in WORKLOADS if p.stem == "merge_heavy"))
     runs = {p: simulate(w, p, seed=seed).metrics for p in SIMULATED}
-    occflow, naive, pool = runs["occflow"], runs["naive"], runs["pool"]
+    occflow, naive, pool = runs["occflow"], runs["naive"], runs["table-pool"]
     assert occflow.committed == occflow.jobs
     assert occflow.wasted_fraction < 0.02
     assert occflow.makespan_over_bound <= 1.15

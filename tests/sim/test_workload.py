@@ -72,6 +72,14 @@ _DELETE = object()
         (["jobs", 1, "colour"], "red", "jobs[1].colour", "unknown field"),
         (["jobs", 1, "protocol_change"], "yes", "jobs[1].protocol_change", "true or false"),
         (["policies"], {"naive": {"retries": -1}}, "policies.naive.retries", "must be >= 0"),
+        (["policies"], {"airflow": {"admission_latency": -0.5}}, "policies.airflow.admission_latency",
+         "must be >= 0, got -0.5"),
+        (["policies"], {"airflow": {"requeue_delay": "5s"}}, "policies.airflow.requeue_delay",
+         "expected a number, got '5s'"),
+        (["policies"], {"airflow": {"requeue_delay": 1e9}}, "policies.airflow.requeue_delay", "must be <= 31536000"),
+        (["policies"], {"airflow": {"latency": 1}}, "policies.airflow.latency",
+         "unknown field; expected one of: admission_latency, requeue_delay"),
+        (["policies"], {"airflow": 5}, "policies.airflow", "expected a mapping"),
     ],
 )
 def test_a_malformed_workload_names_the_file_the_job_and_the_field(
@@ -112,7 +120,7 @@ def test_cli_table_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     plot = tmp_path / "runs.png"
     assert main(["simulate", str(WORKLOADS / "mixed_schema.yaml"), "--plot", str(plot)]) == 0
     out = capsys.readouterr().out
-    for policy in ("naive", "pool", "occflow-retry", "occflow", "oracle"):
+    for policy in ("naive", "table-pool", "partition-lock", "occflow-retry", "occflow", "oracle"):
         assert f"\n{policy} " in out
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 20_000
 
@@ -125,7 +133,15 @@ def test_cli_reports_a_malformed_workload_and_an_unknown_policy(tmp_path: Path,
     assert main(["simulate", str(bad)]) == 2
     assert "w.yaml: jobs[0].duration.lognormal.sigma: is required" in capsys.readouterr().err
     assert main(["simulate", str(WORKLOADS / "merge_heavy.yaml"), "--policy", "fifo"]) == 2
-    assert "unknown policy 'fifo'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "unknown policy 'fifo'; policies: naive, table-pool, partition-lock, occflow-retry, occflow, oracle" in err
+
+
+def test_cli_accepts_pool_as_the_old_name_of_table_pool(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", str(WORKLOADS / "merge_heavy.yaml"), "--policy", "pool", "--policy", "partition-lock",
+                 "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [p["policy"] for p in out["policies"]] == ["table-pool", "partition-lock"]
 
 
 @pytest.mark.parametrize(

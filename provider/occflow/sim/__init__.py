@@ -1,17 +1,20 @@
 """The simulator: how much work each policy wastes, and how close it gets to the optimum.
 
 ``simulate(load_workload(path), "occflow", seed=0)`` runs one policy on one workload; commits
-are validated by ``occflow.core.reference.ReferenceTable`` with each table's profile.
+are validated by each table's conflict matrix at partition granularity (``engine.py``).
+``POLICY_NAMES`` are the policies compared (naive, table-pool, partition-lock, occflow-retry,
+occflow, oracle); ``POLICY_ALIASES`` the old names still accepted.
 """
 
 from __future__ import annotations
 
 from .metrics import LowerBound, Metrics, lower_bound
-from .policies import POLICY_NAMES, SimPolicy, build_policy, parse_policies
+from .policies import POLICY_ALIASES, POLICY_NAMES, SimPolicy, build_policy, parse_policies
 from .simulator import Attempt, JobOutcome, Run, simulate
 from .workload import Job, Workload, WorkloadError, load_workload, parse_workload
 
 __all__ = [
+    "POLICY_ALIASES",
     "POLICY_NAMES",
     "Attempt",
     "Job",

@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
+import bisect
 import itertools
-from collections.abc import Mapping, Sequence
+import math
+import operator
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..core.operations import Operation
 from ..core.profiles import Profile
+from .policies import admission_partitions
 from .workload import Job
 
 
 @dataclass(frozen=True)
 class LowerBound:
-    """The largest of three bounds; each holds for any schedule that commits every job.
+    """The largest of three bounds on a run's makespan (docs/simulator.md has the proofs).
 
-    - ``work``: the earliest arrival plus all the work spread over every slot;
-    - ``chain``: on one partition, jobs whose operations fail each other in either commit order
-      (both matrix cells fail) can never run at the same time, so they run one after another,
-      each not before it arrives (the best such sequence: earliest arrival first);
+    - ``work``: for any arrival time t, the jobs arriving at or after t run at least one full
+      attempt each after t, at most ``slots`` at a time;
+    - ``chain``: committed jobs on one partition whose operations fail each other in both commit
+      orders never commit from overlapping attempts, so their committing attempts run one after
+      another, each not before its job arrives;
     - ``longest``: a job cannot finish before its arrival plus its duration.
     """
 
@@ -36,56 +41,168 @@ class LowerBound:
         return {**asdict(self), "value": self.value}
 
 
+Times = list[tuple[float, float]]  # (arrival, duration)
+
+
+def lower_bound(
+    jobs: Sequence[Job],
+    slots: int,
+    profiles: Mapping[str, Profile],
+    partitions: Mapping[str, Sequence[str]],
+    committed: Collection[int] | None = None,
+) -> LowerBound:
+    """The bound for a run of ``jobs`` on ``slots`` worker slots.
+
+    ``committed``: the positions in ``jobs`` of the jobs that run committed (None: every job),
+    for the chain term only; ``work`` and ``longest`` count every job, committed or not.
+    ``partitions`` only names the chain's footprint: a whole-table job overlaps every job of
+    its table, whatever partitions the table lists.
+    """
+    if slots < 1:
+        raise ValueError(f"slots must be at least 1, got {slots}")
+    if not jobs:
+        if committed:
+            raise ValueError("committed names jobs, but there are none")
+        return LowerBound(0.0, 0.0, 0.0, "")
+    # Sorted once: every list below keeps this order, so none is sorted again.
+    arrivals = [j.arrival for j in jobs]
+    ordered = sorted(range(len(jobs)), key=arrivals.__getitem__)
+    work = _release_bound([(arrivals[i], jobs[i].duration) for i in ordered], slots)
+    longest = max(j.arrival + j.duration for j in jobs)
+    if committed is not None:
+        kept = set(committed)
+        strays = sorted(i for i in kept if not 0 <= i < len(jobs))
+        if strays:
+            raise ValueError(f"committed names job {strays[0]}, but there are only {len(jobs)} jobs (0-{len(jobs) - 1})")
+        ordered = [i for i in ordered if i in kept]
+    chosen = [jobs[i] for i in ordered]
+    best, where = 0.0, ""
+    for table, profile in profiles.items():
+        value, place = _table_chain(profile, [j for j in chosen if j.table == table])
+        if value > best:
+            best, where = value, f"{table}/{place}"
+    return LowerBound(work, best, longest, where)
+
+
+def _release_bound(jobs: Times, machines: int = 1) -> float:
+    """max over arrival times t of t + (work of the jobs arriving at or after t) / machines.
+
+    On one machine this is the makespan of earliest-arrival-first, the optimum of 1|r_j|C_max.
+    ``jobs`` in arrival order."""
+    if not jobs:
+        return 0.0
+    tails = [*itertools.accumulate(d for _, d in reversed(jobs))][::-1]
+    if machines != 1:
+        tails = [t / machines for t in tails]
+    return float(max(map(operator.add, (a for a, _ in jobs), tails)))
+
+
+class _Release:
+    """Jobs with arrival times, prepared for ``t + work arriving at or after t``.
+
+    ``arrivals`` ascending, ``tails[i]`` the work from position i on (with a final 0), and the
+    ``records``: the positions whose ``arrivals[i] + tails[i]`` beats every earlier one. With
+    other jobs added, only records can still give the maximum: an earlier position with a
+    value as high also counts at least as many of the added jobs."""
+
+    __slots__ = ("arrivals", "record_arrivals", "records", "tails", "value")
+
+    def __init__(self, jobs: Times) -> None:  # in arrival order
+        self.arrivals = [a for a, _ in jobs]
+        self.tails = [*itertools.accumulate(d for _, d in reversed(jobs))][::-1] + [0.0]
+        values = list(map(operator.add, self.arrivals, self.tails))
+        peaks = [-math.inf, *itertools.accumulate(values, max)]
+        keep = [*itertools.compress(range(len(values)), map(operator.gt, values, peaks))]
+        self.record_arrivals = [self.arrivals[i] for i in keep]
+        self.records = [values[i] for i in keep]
+        self.value = self.records[-1] if keep else 0.0
+
+    def share(self, t: float) -> float:
+        """The work arriving at or after ``t``."""
+        return self.tails[bisect.bisect_left(self.arrivals, t)]
+
+
+def _joined(whole: _Release, own: _Release) -> float:
+    """The release bound over a table's whole-table jobs and one partition's own jobs."""
+    best = max(whole.value, own.value)
+    for r, value in zip(own.record_arrivals, own.records, strict=True):
+        best = max(best, value + whole.share(r))
+    if len(whole.records) <= len(own.arrivals):
+        for r, value in zip(whole.record_arrivals, whole.records, strict=True):
+            best = max(best, value + own.share(r))
+        return best
+    # Many whole-table records (a table with many partitions): between two of the partition's
+    # arrivals its share is constant, so the last whole-table record up to each is the best there.
+    for cut in (*own.arrivals, math.inf):
+        k = bisect.bisect_right(whole.record_arrivals, cut) - 1
+        if k >= 0:
+            best = max(best, whole.records[k] + own.share(whole.record_arrivals[k]))
+    return best
+
+
+def _table_chain(profile: Profile, jobs: Sequence[Job]) -> tuple[float, str]:
+    """The longest chain on one table (``jobs`` in arrival order): (length, "partition: operations")."""
+    if not jobs:
+        return 0.0, ""
+    cliques = _maximal_cliques(profile, frozenset(job.operation for job in jobs))
+    whole: list[tuple[float, float, Operation]] = []
+    per_part: dict[str, list[tuple[float, float, Operation]]] = {}
+    for job in jobs:
+        entry = (job.arrival, job.duration, job.operation)
+        parts = admission_partitions(job)
+        if parts is None:
+            whole.append(entry)
+            continue
+        for p in parts if len(parts) == 1 else set(parts):
+            found = per_part.get(p)
+            if found is None:
+                per_part[p] = [entry]
+            else:
+                found.append(entry)
+    best, where = 0.0, ""
+    for clique in cliques:
+        ops, name = frozenset(clique), ", ".join(op.value for op in clique)
+        spread = _Release([(a, d) for a, d, op in whole if op in ops])
+        if spread.value > best:
+            best, where = spread.value, f"(whole table): {name}"
+        for p, entries in per_part.items():
+            own = [(a, d) for a, d, op in entries if op in ops]
+            value = _joined(spread, _Release(own)) if spread.records else _release_bound(own)
+            if value > best:
+                best, where = value, f"{p or '(unpartitioned)'}: {name}"
+    return best, where
+
+
 def _mutual(profile: Profile, a: Operation, b: Operation) -> bool:
+    """Either order fails: the engine commits at most one of two overlapping attempts."""
     return profile.later_fails(a, b) and profile.later_fails(b, a)
 
 
-def _maximal_cliques(profile: Profile, present: tuple[Operation, ...]) -> list[tuple[Operation, ...]]:
-    """Sets of operations that pairwise (and each with itself) fail each other, maximal ones only:
-    adding jobs to a chain never shortens it."""
-    ops = [op for op in present if _mutual(profile, op, op)]
-    cliques = [
-        set(combo)
-        for size in range(len(ops), 0, -1)
-        for combo in itertools.combinations(ops, size)
-        if all(_mutual(profile, a, b) for a, b in itertools.combinations(combo, 2))
-    ]
-    maximal = [c for i, c in enumerate(cliques) if not any(c < other for other in cliques[:i])]
-    return [tuple(op for op in ops if op in c) for c in maximal]
+def _maximal_cliques(profile: Profile, present: frozenset[Operation]) -> tuple[tuple[Operation, ...], ...]:
+    """The maximal sets of ``present`` operations that pairwise, and each with itself, fail
+    each other in both orders (Bron-Kerbosch; a matrix has at most a dozen operations)."""
+    key = (profile.name, present)
+    found = _CLIQUES.get(key)
+    if found is None:
+        ops = [op for op in profile.operations if op in present and _mutual(profile, op, op)]
+        near = {a: {b for b in ops if b is not a and _mutual(profile, a, b)} for a in ops}
+        cliques: list[tuple[Operation, ...]] = []
+
+        def extend(chosen: list[Operation], candidates: set[Operation], excluded: set[Operation]) -> None:
+            if not candidates and not excluded:
+                cliques.append(tuple(op for op in ops if op in chosen))
+            for op in [o for o in ops if o in candidates]:
+                extend([*chosen, op], candidates & near[op], excluded & near[op])
+                candidates = candidates - {op}
+                excluded = excluded | {op}
+
+        extend([], set(ops), set())
+        found = _CLIQUES[key] = tuple(cliques)
+    return found
 
 
-def _single_machine_makespan(jobs: list[tuple[float, float]]) -> float:
-    """Jobs that must run one at a time, each not before its arrival: earliest arrival first
-    without idling is optimal for the makespan (1|r_j|C_max)."""
-    end = 0.0
-    for arrival, duration in sorted(jobs):
-        end = max(end, arrival) + duration
-    return end
-
-
-def lower_bound(jobs: Sequence[Job], slots: int, profiles: Mapping[str, Profile],
-                partitions: Mapping[str, Sequence[str]]) -> LowerBound:
-    if not jobs:
-        return LowerBound(0.0, 0.0, 0.0, "")
-    work = min(j.arrival for j in jobs) + sum(j.duration for j in jobs) / slots
-    longest = max(j.arrival + j.duration for j in jobs)
-    best, where = 0.0, ""
-    for table, profile in profiles.items():
-        # Per partition and operation: the (arrival, duration) of the jobs there.
-        load: dict[str, dict[Operation, list[tuple[float, float]]]] = {}
-        for job in jobs:
-            if job.table != table:
-                continue
-            whole = job.partitions is None or job.operation is Operation.ALTER_METADATA
-            for p in partitions[table] if whole else job.partitions or ():
-                load.setdefault(p, {}).setdefault(job.operation, []).append((job.arrival, job.duration))
-        for p, per_op in load.items():
-            for clique in _maximal_cliques(profile, tuple(per_op)):
-                value = _single_machine_makespan([j for op in clique for j in per_op[op]])
-                if value > best:
-                    best = value
-                    where = f"{table}/{p or '(unpartitioned)'}: {', '.join(op.value for op in clique)}"
-    return LowerBound(work, best, longest, where)
+# Keyed by name: hashing a Profile hashes its whole matrix.
+_CLIQUES: dict[tuple[str, frozenset[Operation]], tuple[tuple[Operation, ...], ...]] = {}
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

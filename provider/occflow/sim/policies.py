@@ -61,16 +61,27 @@ class FootprintIndex:
         self._any: dict[str, Counter[Operation]] = {t: Counter() for t in profiles}
         self._whole: dict[str, Counter[Operation]] = {t: Counter() for t in profiles}
         self._parts: dict[str, dict[str, Counter[Operation]]] = {t: {} for t in profiles}
+        # Jobs held, whatever their operation: on the table, on the whole table, per partition.
+        self._jobs: Counter[str] = Counter()
+        self._whole_jobs: Counter[str] = Counter()
+        self._part_jobs: dict[str, Counter[str]] = {t: Counter() for t in profiles}
 
     def add(self, job: Job, sign: int = 1) -> None:
-        parts = admission_partitions(job)
-        self._any[job.table][job.operation] += sign
+        # Called for every job a scan turns away (and again to take it out): kept lean.
+        parts, name, op = admission_partitions(job), job.table, job.operation
+        self._any[name][op] += sign
+        self._jobs[name] += sign
         if parts is None:
-            self._whole[job.table][job.operation] += sign
-        else:
-            table = self._parts[job.table]
-            for p in parts:
-                table.setdefault(p, Counter())[job.operation] += sign
+            self._whole[name][op] += sign
+            self._whole_jobs[name] += sign
+            return
+        table, jobs = self._parts[name], self._part_jobs[name]
+        for p in parts:
+            held = table.get(p)
+            if held is None:
+                held = table[p] = Counter()
+            held[op] += sign
+            jobs[p] += sign
 
     def remove(self, job: Job) -> None:
         self.add(job, -1)
@@ -84,6 +95,14 @@ class FootprintIndex:
             *(self._parts[job.table].get(p, _EMPTY) for p in parts),
         ]
         return any(count > 0 and op in bad for counter in held for op, count in counter.items())
+
+    def overlaps(self, job: Job) -> bool:
+        """Whether a held job's footprint overlaps ``job``'s, whatever the two operations."""
+        parts = admission_partitions(job)
+        if parts is None:
+            return self._jobs[job.table] > 0
+        jobs = self._part_jobs[job.table]
+        return self._whole_jobs[job.table] > 0 or any(jobs[p] > 0 for p in parts)
 
 
 _EMPTY: Counter[Operation] = Counter()
@@ -102,6 +121,10 @@ class Admission:
     def full(self, per_table: Mapping[str, int], tables: int) -> bool:
         """Whether no waiting job can be admitted now, whatever it is (ends a scan early)."""
         return False
+
+    def priority(self, job: Job) -> int:
+        """Where ``job`` waits: the simulator scans waiting jobs by (priority, arrival), lower first."""
+        return 0
 
 
 @dataclass(frozen=True)
@@ -127,16 +150,43 @@ class OnePerTable(Admission):
         return sum(1 for n in per_table.values() if n) >= tables
 
 
+# Scan order of occflow's admission: maintenance after data writes.
+DATA_WRITE, MAINTENANCE = 0, 1
+
+
+@dataclass(frozen=True)
+class PartitionLock(Admission):
+    """What a careful user builds by hand: one lock per (table, partition), a whole-table job
+    takes every lock of its table. A job starts only if no running job holds a partition it
+    needs, whatever the two operations, and never ahead of an earlier waiting job that needs one
+    of the same partitions (FIFO-fair, so a stream of small jobs cannot starve a big one)."""
+
+    name = "lock per partition"
+
+    def admits(self, job: Job, running: FootprintIndex, per_table: Mapping[str, int], blocked: FootprintIndex) -> bool:
+        return not running.overlaps(job) and not blocked.overlaps(job)
+
+
 @dataclass(frozen=True)
 class MatrixAdmission(Admission):
     """occflow's lease store: start only if no running job on an overlapping footprint would make
     either fail (``profile.conflicts``), and never ahead of an earlier waiting job it conflicts
-    with (FIFO-fair per footprint, so a stream of short jobs cannot starve a long one)."""
+    with (FIFO-fair per footprint, so a stream of short jobs cannot starve a long one).
+
+    Jobs the matrix lets run together share a partition (blind appends beside a MERGE under
+    WriteSerializable, a MaxCompute minor compaction beside INSERT INTO, appends under Iceberg
+    snapshot isolation). Maintenance (``Operation.is_compaction``: OPTIMIZE, compactions,
+    clustering) waits behind data writes: it is looked at after every waiting data write, so a
+    compaction never takes a partition ahead of a data write it would block."""
 
     name = "matrix lease"
 
     def admits(self, job: Job, running: FootprintIndex, per_table: Mapping[str, int], blocked: FootprintIndex) -> bool:
         return not running.conflicts(job) and not blocked.conflicts(job)
+
+    def priority(self, job: Job) -> int:
+        return MAINTENANCE if job.operation.is_compaction else DATA_WRITE
+
 
 
 # ----------------------------------------------------------------------------- reactions
@@ -204,34 +254,57 @@ class SimPolicy:
     admission: Admission
     reaction: Reaction
     summary: str
+    # A job that had to wait for admission (refused at least once) starts its attempt this long
+    # after it is admitted, holding its slot and footprint meanwhile: the release-to-grant
+    # latency and Airflow's re-queue after a deferral.
+    wait_start_delay: float = 0.0
+    # Added to every reschedule's delay: Airflow's scheduler re-queues an up_for_retry task late.
+    requeue_delay: float = 0.0
 
     def describe(self) -> str:
         return f"{self.name}: admission {self.admission.name}, on failure {self.reaction.name} ({self.summary})"
 
 
 ORACLE = "oracle"
-POLICY_NAMES = ("naive", "pool", "occflow-retry", "occflow", ORACLE)
+POLICY_NAMES = ("naive", "table-pool", "partition-lock", "occflow-retry", "occflow", ORACLE)
+#: Old names still accepted; a run shows the current name.
+POLICY_ALIASES = {"pool": "table-pool"}
+
+_POLICIES: dict[str, tuple[type[Admission], bool, str]] = {  # admission, classified reaction, summary
+    "naive": (AdmitAll, False, "Airflow retries: fixed delay, every failure retried"),
+    "table-pool": (OnePerTable, False, "an Airflow pool with one slot per table, Airflow retries"),
+    "partition-lock": (PartitionLock, False, "a FIFO-fair lock per table partition, Airflow retries"),
+    "occflow-retry": (AdmitAll, True, "classified retry, no admission"),
+    "occflow": (MatrixAdmission, True, "matrix admission + classified retry"),
+}
+
+
+def policy_name(name: str) -> str:
+    """The current name of policy ``name`` (an alias resolved); unknown names are an error."""
+    found = POLICY_ALIASES.get(name, name)
+    if found not in POLICY_NAMES:
+        aliases = ", ".join(f"{old} (= {new})" for old, new in POLICY_ALIASES.items())
+        raise InvalidDeclarationError(
+            f"unknown policy {name!r}; policies: {', '.join(POLICY_NAMES)}; old names: {aliases}"
+        )
+    return found
 
 
 def build_policy(name: str, workload: Workload) -> SimPolicy:
-    """The simulated policy called ``name`` with the workload's baseline settings."""
+    """The simulated policy called ``name`` with the workload's baseline and Airflow settings."""
+    name = policy_name(name)
+    if name == ORACLE:
+        raise InvalidDeclarationError("oracle is the lower bound, not a schedule: simulate() reports it as a row")
+    admission, classified, summary = _POLICIES[name]
     airflow = AirflowRetries(workload.naive)
-    if name == "naive":
-        return SimPolicy(name, AdmitAll(), airflow, "Airflow retries: fixed delay, every failure retried")
-    if name == "pool":
-        return SimPolicy(name, OnePerTable(), airflow, "an Airflow pool with one slot per table")
-    if name == "occflow-retry":
-        return SimPolicy(name, AdmitAll(), ClassifiedRetries(airflow), "classified retry, no admission")
-    if name == "occflow":
-        return SimPolicy(name, MatrixAdmission(), ClassifiedRetries(airflow), "matrix admission + classified retry")
-    raise InvalidDeclarationError(
-        f"unknown policy {name!r}; policies: {', '.join(POLICY_NAMES)}"
+    reaction: Reaction = ClassifiedRetries(airflow) if classified else airflow
+    return SimPolicy(
+        name, admission(), reaction, summary,
+        wait_start_delay=workload.airflow.admission_latency,
+        requeue_delay=workload.airflow.requeue_delay,
     )
 
 
 def parse_policies(names: Iterable[str] | None) -> tuple[str, ...]:
-    wanted = tuple(dict.fromkeys(names or POLICY_NAMES))
-    for name in wanted:
-        if name not in POLICY_NAMES:
-            raise InvalidDeclarationError(f"unknown policy {name!r}; policies: {', '.join(POLICY_NAMES)}")
-    return wanted
+    """The current names of ``names`` (all policies when None), each once, in order."""
+    return tuple(dict.fromkeys(policy_name(name) for name in (names or POLICY_NAMES)))

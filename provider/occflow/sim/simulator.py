@@ -1,40 +1,52 @@
-"""Discrete-event simulation of write jobs on worker slots, committed by the core's engine.
+"""Discrete-event simulation of write jobs on worker slots, committed by the conflict matrices.
 
-Each table is a ``ReferenceTable`` with its profile: an attempt begins a transaction on the
-latest snapshot when it starts and commits when its duration has passed, so every conflict is
-decided by the same validation code that the engine's tests check against the specs. The
-policy only decides when a job may start and what follows a failed attempt.
+Each table is a ``TableLog`` (``engine.py``): an attempt begins on the table's current version
+when it starts and, when its duration has passed, commits or fails by its profile's matrix at
+partition granularity. The policy decides which waiting jobs may start and what follows a
+failed attempt.
 
 Time is simulated seconds. Events at the same instant run in a fixed order (commits, then
-in-slot retries, then jobs becoming ready) and the scheduler runs once after them, so a run is
-a pure function of the workload, the policy and the seed.
+in-slot retries, then attempts starting after an admission wait, then jobs arriving in index
+order, then jobs coming back from ``up_for_retry``) and the scheduler runs once after them, so
+a run is a pure function of the workload, the policy and the seed.
+
+Airflow's latencies: a job that had to wait for admission (scanned and refused at least once)
+starts its attempt ``policy.wait_start_delay`` seconds after it is admitted, holding its slot
+and its footprint meanwhile (release-to-grant latency and the re-queue after a deferral); a
+rescheduled job is ready again after the policy's delay plus ``policy.requeue_delay``.
+
+``record=False`` keeps no history: metrics are summed as the run goes, and memory follows the
+jobs in flight (plus one latency per finished job), not the attempts made.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import random
-from collections import Counter
-from dataclasses import dataclass
+from collections import Counter, OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
-from ..core.errors import CommitConflict
 from ..core.kinds import Classification
+from ..core.operations import Operation
 from ..core.policy import Action
 from ..core.profiles import Profile
-from ..core.reference import ReferenceTable, Transaction
+from .engine import Footprint, Lost, TableLog, table_logs
 from .metrics import LowerBound, Metrics, lower_bound, percentile
-from .policies import ORACLE, FootprintIndex, SimPolicy, build_policy
+from .policies import ORACLE, Admission, FootprintIndex, SimPolicy, admission_partitions, build_policy
 from .workload import Job, Workload
 
 # Like Airflow's scheduler, which examines a bounded batch of queued tasks per loop
 # (``max_tis_per_query``): a scan never looks further than this into the waiting queue.
 SCHEDULER_WINDOW = 512
 
-_FINISH, _RESUME, _READY = 0, 1, 2
+_FINISH, _RESUME, _BEGIN, _READY = 0, 1, 2, 3
+_INF = float("inf")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Attempt:
     job: int
     number: int  # 1 = the job's first attempt
@@ -45,11 +57,20 @@ class Attempt:
     action: str | None  # what the policy decided after a failed attempt
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JobOutcome:
     job: int
     status: str  # committed | skipped | failed
     finished: float
+
+
+@dataclass(frozen=True)
+class Peaks:
+    """The most the run held at once: what memory follows with ``record=False``."""
+
+    waiting: int = 0  # jobs ready and not admitted
+    live: int = 0  # jobs admitted at least once and not finished (running or rescheduled)
+    retained_commits: int = 0  # commits kept by the largest table log
 
 
 @dataclass(frozen=True)
@@ -59,10 +80,11 @@ class Run:
     seed: int
     slots: int
     jobs: tuple[Job, ...]
-    attempts: tuple[Attempt, ...]
-    outcomes: tuple[JobOutcome, ...]
+    attempts: tuple[Attempt, ...]  # () with record=False
+    outcomes: tuple[JobOutcome, ...]  # () with record=False
     bound: LowerBound
     metrics: Metrics
+    peaks: Peaks = field(default_factory=Peaks)
 
 
 def workload_bound(workload: Workload, jobs: tuple[Job, ...]) -> LowerBound:
@@ -74,137 +96,257 @@ def workload_bound(workload: Workload, jobs: tuple[Job, ...]) -> LowerBound:
     )
 
 
+def footprint(job: Job) -> Footprint:
+    parts = admission_partitions(job)
+    return None if parts is None else frozenset(parts)
+
+
+# What admission looks at in a job: everything but its identity and its timing. Admission is
+# monotone (every ``Admission`` here): a job refused stays refused when more jobs run or wait ahead
+# of it, so a pass refuses a job without asking when one of the same shape was refused before it.
+Shape = tuple[str, Operation, tuple[str, ...] | None, bool, bool]
+
+
+def shape(job: Job) -> Shape:
+    return job.table, job.operation, job.partitions, job.reads_whole_table, job.protocol_change
+
+
+class _Live:
+    """A job admitted at least once and not finished."""
+
+    __slots__ = ("begin", "first_start", "footprint", "number", "start")
+
+    def __init__(self, job: Job) -> None:
+        self.footprint = footprint(job)
+        self.number = 1  # the attempt running or next to run
+        self.first_start = -1.0
+        self.start = 0.0
+        self.begin = 0
+
+
+class _Tally:
+    """The metrics, summed in the order attempts end (the same with or without a history)."""
+
+    __slots__ = ("attempts", "failed_attempts", "held", "kinds", "latencies", "makespan", "statuses",
+                 "useful", "wasted")
+
+    def __init__(self) -> None:
+        self.useful = self.wasted = self.held = self.makespan = 0.0
+        self.attempts = self.failed_attempts = 0
+        self.kinds: Counter[str] = Counter()
+        self.statuses: Counter[str] = Counter()
+        self.latencies: list[float] = []
+
+
 class _Simulation:
-    def __init__(self, workload: Workload, policy: SimPolicy, jobs: tuple[Job, ...], seed: int) -> None:
-        self.workload, self.policy, self.jobs = workload, policy, jobs
+    skip_same_shape = True  # the tests turn it off to check that it changes nothing
+
+    def __init__(self, workload: Workload, policy: SimPolicy, jobs: tuple[Job, ...], seed: int,
+                 record: bool) -> None:
+        self.workload, self.policy, self.jobs, self.record = workload, policy, jobs, record
         self.now = 0.0
         self.rng = random.Random(f"policy:{policy.name}:{seed}")
         self.profiles: dict[str, Profile] = {t.name: t.profile for t in workload.tables}
-        self.tables = {
-            t.name: ReferenceTable(t.profile, partitions=t.partitions, clock=lambda: self.now)
-            for t in workload.tables
-        }
+        self.logs: dict[str, TableLog] = table_logs(self.profiles)
         self.events: list[tuple[float, int, int, int]] = []
         self.seq = itertools.count()
-        self.waiting: dict[int, None] = {}  # insertion-ordered: FIFO by the time a job became ready
+        # Per priority (lower first), insertion-ordered: FIFO by the time a job became ready.
+        # OrderedDict, not dict: a dict keeps the slots of deleted keys and iterating walks them,
+        # so a queue that loses its head would make every scan cost the queue's history.
+        self.waiting: dict[int, OrderedDict[int, tuple[int, Shape]]] = {}  # priority -> {job: (ready number, shape)}
+        self.priorities: list[int] = []
+        self.ready_number = 0
+        self.n_waiting = 0
+        self.changed = False  # whether a job was released or became ready since the last pass
+        # Whether admission can be full whatever the job (else ``full`` need not be asked).
+        self.can_fill = type(policy.admission).full is not Admission.full
+        self.refused: set[int] = set()  # waiting jobs a scan turned away
+        self.full_mark = 0  # jobs ready up to this number were waiting while admission was full
         self.free = workload.slots
         self.running = FootprintIndex(self.profiles)
+        self.blocked = FootprintIndex(self.profiles)
         self.per_table: Counter[str] = Counter()
-        self.txns: dict[int, Transaction] = {}
-        self.started_at: dict[int, float] = {}
-        self.first_start: dict[int, float] = {}
-        self.failures: Counter[int] = Counter()
+        self.live: dict[int, _Live] = {}
+        self.tally = _Tally()
         self.attempts: list[Attempt] = []
         self.outcomes: dict[int, JobOutcome] = {}
-        self.held = 0.0
+        self.peak_waiting = self.peak_live = self.peak_retained = 0
 
     def push(self, time: float, order: int, job: int) -> None:
         heapq.heappush(self.events, (time, order, next(self.seq), job))
 
     def run(self) -> None:
-        for job in self.jobs:
-            self.push(job.arrival, _READY, job.index)
-        while self.events:
-            self.now = self.events[0][0]
-            while self.events and self.events[0][0] == self.now:
-                _, order, _, index = heapq.heappop(self.events)
+        jobs, events = self.jobs, self.events
+        arrivals = sorted(range(len(jobs)), key=lambda i: jobs[i].arrival)  # stable: index order
+        n, nxt = len(arrivals), 0
+        while events or nxt < n:
+            now = min(events[0][0] if events else _INF, jobs[arrivals[nxt]].arrival if nxt < n else _INF)
+            self.now = now
+            while events and events[0][0] == now and events[0][1] != _READY:
+                _, order, _, index = heapq.heappop(events)
                 if order == _FINISH:
                     self.finish(index)
-                elif order == _RESUME:
+                else:  # _RESUME and _BEGIN: the job's next attempt starts in its slot
                     self.start(index)
-                else:
-                    self.waiting[index] = None
+            while nxt < n and jobs[arrivals[nxt]].arrival == now:
+                self.enqueue(arrivals[nxt])
+                nxt += 1
+            while events and events[0][0] == now:
+                self.enqueue(heapq.heappop(events)[3])
             self.schedule()
 
-    # -- slots and admission
+    # -- waiting and admission
+    def enqueue(self, index: int) -> None:
+        priority = self.policy.admission.priority(self.jobs[index])
+        queue = self.waiting.get(priority)
+        if queue is None:
+            queue = self.waiting[priority] = OrderedDict()
+            bisect.insort(self.priorities, priority)
+        self.ready_number += 1
+        queue[index] = (self.ready_number, shape(self.jobs[index]))
+        self.n_waiting += 1
+        self.changed = True
+        if self.n_waiting > self.peak_waiting:
+            self.peak_waiting = self.n_waiting
+
+    def scan(self) -> Iterator[tuple[int, int, tuple[int, Shape]]]:
+        """The waiting jobs one pass may look at: (priority, job, (ready number, shape)), in order.
+
+        Lazy, so a pass that stops early costs what it looked at; nothing is added to or removed
+        from the queues while it runs (``schedule`` deletes the admitted jobs afterwards)."""
+        left = SCHEDULER_WINDOW
+        for priority in self.priorities:
+            for index, entry in self.waiting[priority].items():
+                if not left:
+                    return
+                left -= 1
+                yield priority, index, entry
+
     def schedule(self) -> None:
-        if not self.free or not self.waiting:
+        # A pass is a function of the running jobs and the queues: if neither changed since the
+        # last one (no job released, none ready), it would admit nothing and refuse the same jobs.
+        if not self.free or not self.n_waiting or not self.changed:
             return
-        blocked = FootprintIndex(self.profiles)
-        started = []
-        admission, tables = self.policy.admission, len(self.tables)
-        for index in itertools.islice(self.waiting, SCHEDULER_WINDOW):
-            if not self.free or admission.full(self.per_table, tables):
-                break
+        self.changed = False
+        admission, running, per_table, blocked = self.policy.admission, self.running, self.per_table, self.blocked
+        tables = len(self.logs)
+        if self.can_fill and admission.full(per_table, tables):  # only an admission changes it
+            self.full_mark = self.ready_number  # every job waiting now waits on admission
+            return
+        admitted, turned_away = [], []
+        refused_shapes: set[Shape] = set()
+        for priority, index, (ready, job_shape) in self.scan():
+            if job_shape in refused_shapes and self.skip_same_shape:
+                # Like a job refused earlier in this pass, with more running and waiting ahead of
+                # it now: refused too, and adding it to ``blocked`` would change no answer.
+                self.refused.add(index)
+                continue
             job = self.jobs[index]
-            if admission.admits(job, self.running, self.per_table, blocked):
-                started.append(index)
-                self.free -= 1
-                self.running.add(job)
-                self.per_table[job.table] += 1
-                self.start(index)
+            if admission.admits(job, running, per_table, blocked):
+                admitted.append((priority, index))
+                self.admit(index, index in self.refused or ready <= self.full_mark)
+                if not self.free:
+                    break
+                if self.can_fill and admission.full(per_table, tables):
+                    self.full_mark = self.ready_number
+                    break
             else:
                 blocked.add(job)
-        for index in started:
-            del self.waiting[index]
+                turned_away.append(job)
+                self.refused.add(index)
+                refused_shapes.add(job_shape)
+        for priority, index in admitted:
+            del self.waiting[priority][index]
+            self.refused.discard(index)
+        self.n_waiting -= len(admitted)
+        for job in turned_away:
+            blocked.remove(job)
+
+    def admit(self, index: int, waited: bool) -> None:
+        job = self.jobs[index]
+        self.free -= 1
+        self.running.add(job)
+        self.per_table[job.table] += 1
+        if index not in self.live:
+            self.live[index] = _Live(job)
+            self.peak_live = max(self.peak_live, len(self.live))
+        delay = self.policy.wait_start_delay if waited else 0.0
+        if delay > 0:
+            self.tally.held += delay  # the slot and the footprint are held, nothing runs yet
+            self.push(self.now + delay, _BEGIN, index)
+        else:
+            self.start(index)
 
     def release(self, job: Job) -> None:
+        self.changed = True
         self.free += 1
         self.running.remove(job)
         self.per_table[job.table] -= 1
 
     # -- attempts
     def start(self, index: int) -> None:
-        job = self.jobs[index]
-        self.first_start.setdefault(index, self.now)
-        number = self.failures[index] + 1
-        self.txns[index] = self.tables[job.table].begin(
-            job.operation,
-            job.partitions,
-            reads_whole_table=job.reads_whole_table,
-            protocol_change=job.protocol_change,
-            txn_id=f"{job.name}#{number}",
-        )
-        self.started_at[index] = self.now
+        job, live = self.jobs[index], self.live[index]
+        if live.first_start < 0:
+            live.first_start = self.now
+        live.start = self.now
+        live.begin = self.logs[job.table].begin()
         self.push(self.now + job.duration, _FINISH, index)
 
     def finish(self, index: int) -> None:
-        job = self.jobs[index]
-        txn = self.txns.pop(index)
-        start = self.started_at[index]
-        number = self.failures[index] + 1
-        try:
-            txn.commit()
-        except CommitConflict as conflict:
-            self.failures[index] += 1
-            classification = Classification(
-                kind=conflict.kind, engine="reference", reason=str(conflict), winning_commit=conflict.winner
-            )
-            decision = self.policy.reaction.decide(
-                job,
-                self.profiles[job.table],
-                classification,
-                self.failures[index],
-                self.now - self.first_start[index],
-                self.rng,
-            )
-            self.attempts.append(
-                Attempt(index, number, start, self.now, False, conflict.kind.value, decision.action.value)
-            )
-            if decision.action is Action.RETRY:
-                # the operator's retry loop sleeps inside the task: the slot and the lease stay held.
-                self.held += decision.delay_seconds
-                self.push(self.now + decision.delay_seconds, _RESUME, index)
-                return
+        job, live, tally = self.jobs[index], self.live[index], self.tally
+        log = self.logs[job.table]
+        lost = log.commit(live.begin, job.operation, live.footprint, index)
+        self.peak_retained = max(self.peak_retained, log.retained)
+        tally.attempts += 1
+        if lost is None:
+            tally.useful += self.now - live.start
+            if self.record:
+                self.attempts.append(Attempt(index, live.number, live.start, self.now, True, None, None))
             self.release(job)
-            if decision.action is Action.RESCHEDULE:
-                self.push(self.now + decision.delay_seconds, _READY, index)
-            else:
-                status = "skipped" if decision.action is Action.SKIP else "failed"
-                self.outcomes[index] = JobOutcome(index, status, self.now)
+            self.done(index, "committed")
             return
-        self.attempts.append(Attempt(index, number, start, self.now, True, None, None))
+        tally.wasted += self.now - live.start
+        tally.failed_attempts += 1
+        tally.kinds[lost.kind.value] += 1
+        self.react(index, job, live, lost)
+
+    def react(self, index: int, job: Job, live: _Live, lost: Lost) -> None:
+        classification = Classification(
+            kind=lost.kind, engine="simulator",
+            reason=f"lost to {self.jobs[lost.winner].name}, which committed version {lost.version} first",
+        )
+        decision = self.policy.reaction.decide(
+            job, self.profiles[job.table], classification, live.number, self.now - live.first_start, self.rng
+        )
+        if self.record:
+            self.attempts.append(Attempt(index, live.number, live.start, self.now, False, lost.kind.value,
+                                         decision.action.value))
+        live.number += 1
+        if decision.action is Action.RETRY:
+            # the operator's retry loop sleeps inside the task: the slot and the lease stay held.
+            self.tally.held += decision.delay_seconds
+            self.push(self.now + decision.delay_seconds, _RESUME, index)
+            return
         self.release(job)
-        self.outcomes[index] = JobOutcome(index, "committed", self.now)
+        if decision.action is Action.RESCHEDULE:
+            self.push(self.now + decision.delay_seconds + self.policy.requeue_delay, _READY, index)
+        else:
+            self.done(index, "skipped" if decision.action is Action.SKIP else "failed")
+
+    def done(self, index: int, status: str) -> None:
+        tally = self.tally
+        del self.live[index]
+        tally.statuses[status] += 1
+        tally.latencies.append(self.now - self.jobs[index].arrival)
+        tally.makespan = max(tally.makespan, self.now)
+        if self.record:
+            self.outcomes[index] = JobOutcome(index, status, self.now)
 
     # -- results
     def metrics(self, bound: LowerBound) -> Metrics:
-        useful = sum(a.end - a.start for a in self.attempts if a.committed)
-        wasted = sum(a.end - a.start for a in self.attempts if not a.committed)
-        makespan = max((o.finished for o in self.outcomes.values()), default=0.0)
+        t = self.tally
+        useful, wasted, makespan = t.useful, t.wasted, t.makespan
         slot_seconds = self.workload.slots * makespan
-        statuses = Counter(o.status for o in self.outcomes.values())
-        latencies = [o.finished - self.jobs[o.job].arrival for o in self.outcomes.values()]
         return Metrics(
             policy=self.policy.name,
             makespan=makespan,
@@ -213,35 +355,41 @@ class _Simulation:
             useful_seconds=useful,
             wasted_seconds=wasted,
             busy_slot_seconds=useful + wasted,
-            held_waiting_seconds=self.held,
+            held_waiting_seconds=t.held,
             slot_seconds=slot_seconds,
             useful_fraction=useful / slot_seconds if slot_seconds else 0.0,
             wasted_fraction=wasted / (useful + wasted) if useful + wasted else 0.0,
-            attempts=len(self.attempts),
-            failed_attempts=sum(not a.committed for a in self.attempts),
+            attempts=t.attempts,
+            failed_attempts=t.failed_attempts,
             jobs=len(self.jobs),
-            committed=statuses["committed"],
-            skipped=statuses["skipped"],
-            failed=statuses["failed"],
-            latency_p50=percentile(latencies, 0.5),
-            latency_p95=percentile(latencies, 0.95),
-            failures_by_kind=dict(sorted(Counter(a.kind for a in self.attempts if a.kind).items())),
+            committed=t.statuses["committed"],
+            skipped=t.statuses["skipped"],
+            failed=t.statuses["failed"],
+            latency_p50=percentile(t.latencies, 0.5),
+            latency_p95=percentile(t.latencies, 0.95),
+            failures_by_kind=dict(sorted(t.kinds.items())),
             description=self.policy.describe(),
         )
 
+    def peaks(self) -> Peaks:
+        return Peaks(self.peak_waiting, self.peak_live, self.peak_retained)
 
-def simulate(workload: Workload, policy: str | SimPolicy, seed: int = 0) -> Run:
-    """One run of ``workload`` under ``policy``; ``oracle`` gives the lower bound as a row."""
+
+def simulate(workload: Workload, policy: str | SimPolicy, seed: int = 0, record: bool = True) -> Run:
+    """One run of ``workload`` under ``policy``; ``oracle`` gives the lower bound as a row.
+
+    ``record=False``: no per-attempt history (``Run.attempts`` and ``Run.outcomes`` are empty),
+    the same metrics, for big runs."""
     jobs = workload.jobs(seed)
     bound = workload_bound(workload, jobs)
     if policy == ORACLE:
         return _oracle(workload, jobs, bound, seed)
     sim_policy = policy if isinstance(policy, SimPolicy) else build_policy(policy, workload)
-    sim = _Simulation(workload, sim_policy, jobs, seed)
+    sim = _Simulation(workload, sim_policy, jobs, seed, record)
     sim.run()
     outcomes = tuple(sim.outcomes[i] for i in sorted(sim.outcomes))
     return Run(workload.name, sim_policy.name, seed, workload.slots, jobs, tuple(sim.attempts), outcomes,
-               bound, sim.metrics(bound))
+               bound, sim.metrics(bound), sim.peaks())
 
 
 def _oracle(workload: Workload, jobs: tuple[Job, ...], bound: LowerBound, seed: int) -> Run:

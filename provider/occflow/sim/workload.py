@@ -16,7 +16,8 @@ A workload file reads like this (docs/simulator.md has the full reference)::
         arrival: {uniform: [0, 1800]}
         count: 200
     policies:                     # optional: tune the baselines
-      naive: {retries: 3, retry_delay: 60}
+      naive: {retries: 3, retry_delay: 60}             # default: Airflow's, 0 retries, 300 s
+      airflow: {admission_latency: 0.5, requeue_delay: 5}
 
 Every value a user writes is checked, and a wrong one is an error naming the file, the field's
 path and what was expected, so that a typo never turns into a silently different experiment:
@@ -168,10 +169,29 @@ class Job:
 
 @dataclass(frozen=True)
 class NaiveSettings:
-    """Airflow's own retries: ``retries`` more tries, ``retry_delay`` seconds apart."""
+    """Airflow's own retries: ``retries`` more tries, ``retry_delay`` seconds apart.
 
-    retries: int = 3
-    retry_delay: float = 60.0
+    The defaults are Airflow's (``[core] default_task_retries = 0``, ``default_task_retry_delay =
+    300``): a task that fails is not retried. The shipped workloads set their own values, as a
+    user who runs concurrent writes would."""
+
+    retries: int = 0
+    retry_delay: float = 300.0
+
+
+#: Seconds from a lease's release to the start of the attempt of a job that waited for it
+#: (the lease store's grant, the deferred task's trigger firing, Airflow re-queueing the task).
+ADMISSION_LATENCY = 0.5
+#: Seconds Airflow's scheduler adds to a retry delay before an up_for_retry task runs again.
+REQUEUE_DELAY = 5.0
+
+
+@dataclass(frozen=True)
+class AirflowSettings:
+    """How long Airflow itself takes to start a task that waited (``policies.airflow`` in a file)."""
+
+    admission_latency: float = ADMISSION_LATENCY
+    requeue_delay: float = REQUEUE_DELAY
 
 
 @dataclass(frozen=True)
@@ -181,6 +201,7 @@ class Workload:
     tables: tuple[TableSpec, ...]
     specs: tuple[JobSpec, ...]
     naive: NaiveSettings = field(default_factory=NaiveSettings)
+    airflow: AirflowSettings = field(default_factory=AirflowSettings)
     source: str = "<workload>"
     description: str = ""
 
@@ -298,7 +319,9 @@ def _job(model: JobModel, index: int, tables: Mapping[str, TableSpec], source: s
         duration=duration,
         arrival=_distribution(model.arrival),
         count=model.count,
-        reads_whole_table=model.reads_whole_table,
+        # An operation whose commit reads every file on this engine (delta-rs appends and
+        # OPTIMIZE) conflicts across partitions: its footprint is the whole table.
+        reads_whole_table=model.reads_whole_table or operation in table.profile.reads_whole_table,
         protocol_change=model.protocol_change,
     )
 
@@ -313,12 +336,14 @@ def parse_workload(data: Any, source: str = "<workload>") -> Workload:
         raise WorkloadError(f"{source}: {describe(exc)}") from None
     tables = _tables(doc.tables, source)
     naive = doc.policies.naive.model_dump(exclude_none=True)
+    airflow = doc.policies.airflow.model_dump(exclude_none=True)
     return Workload(
         name=doc.name if doc.name is not None else Path(source).stem,
         slots=doc.slots,
         tables=tuple(tables.values()),
         specs=tuple(_job(job, i, tables, source) for i, job in enumerate(doc.jobs)),
         naive=NaiveSettings(**naive),
+        airflow=AirflowSettings(**airflow),
         source=source,
         description=doc.description.strip(),
     )

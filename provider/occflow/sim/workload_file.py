@@ -243,8 +243,16 @@ class NaiveModel(_Model):
     retry_delay: Seconds | None = None
 
 
+class AirflowModel(_Model):
+    """Airflow's own latencies; a field left out keeps the simulator's default."""
+
+    admission_latency: Seconds | None = None
+    requeue_delay: Seconds | None = None
+
+
 class PoliciesModel(_Model):
     naive: NaiveModel = Field(default_factory=NaiveModel)
+    airflow: AirflowModel = Field(default_factory=AirflowModel)
 
 
 class WorkloadFile(_Model):

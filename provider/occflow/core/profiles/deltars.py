@@ -302,6 +302,12 @@ DELTA_RS = Profile(
         ConflictKind.CONCURRENT_TRANSACTION,
         ConflictKind.COMMIT_RETRIES_EXHAUSTED,
     ),
+    reads_whole_table=(Operation.INSERT_INTO, Operation.OPTIMIZE),
+    reads_whole_table_source=(
+        "delta-io/delta-rs crates/core/src/protocol/mod.rs (DeltaOperation::read_predicate is None for "
+        "Write/append and Optimize; conflict_checker.rs then counts every file as read); observed on "
+        "deltalake 1.6.6: an append on q fails with concurrent_delete_read after an UPDATE on p"
+    ),
     validator=DeltaRsConflictChecker(),
 )
 

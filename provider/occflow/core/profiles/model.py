@@ -113,6 +113,11 @@ class Profile:
     # that now hold its rows (Delta with deletion vectors, spec 004); MaxCompute's operation rules
     # always do (smart conflict resolution).
     compaction_follows_rows: bool = False
+    # Operations whose commit validation reads every file of the table on this engine, whatever
+    # partitions they write (delta-rs: an append or OPTIMIZE has no read predicate), with the
+    # source. Admission and the simulator give them the whole table as footprint.
+    reads_whole_table: tuple[Operation, ...] = ()
+    reads_whole_table_source: str = ""
     # For FOOTPRINT rules: the format's commit validator (a port of its conflict checker).
     validator: Validator | None = field(default=None, compare=False)
     _index: dict[tuple[Operation, Operation], Cell] = field(init=False, repr=False, compare=False)
@@ -137,6 +142,8 @@ class Profile:
         strays = [op.value for op in self.residue_on_failure if op not in self._operations]
         if strays:
             raise ValueError(f"profile {self.name}: residue_on_failure names operations outside the matrix: {strays}")
+        if bool(self.reads_whole_table) != bool(self.reads_whole_table_source):
+            raise ValueError(f"profile {self.name}: operations that read the whole table need a source, and only they")
         if (self.rules is RuleKind.FOOTPRINT) != (self.validator is not None):
             raise ValueError(f"profile {self.name}: footprint rules need a validator, operation rules none")
         object.__setattr__(self, "_index", index)
