@@ -6,6 +6,7 @@ import bisect
 import itertools
 import math
 import operator
+from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -41,9 +42,6 @@ class LowerBound:
         return {**asdict(self), "value": self.value}
 
 
-Times = list[tuple[float, float]]  # (arrival, duration)
-
-
 def lower_bound(
     jobs: Sequence[Job],
     slots: int,
@@ -66,9 +64,10 @@ def lower_bound(
         return LowerBound(0.0, 0.0, 0.0, "")
     # Sorted once: every list below keeps this order, so none is sorted again.
     arrivals = [j.arrival for j in jobs]
+    durations = [j.duration for j in jobs]
     ordered = sorted(range(len(jobs)), key=arrivals.__getitem__)
-    work = _release_bound([(arrivals[i], jobs[i].duration) for i in ordered], slots)
-    longest = max(j.arrival + j.duration for j in jobs)
+    work = _release_bound([arrivals[i] for i in ordered], [durations[i] for i in ordered], slots)
+    longest = max(map(operator.add, arrivals, durations))
     if committed is not None:
         kept = set(committed)
         strays = sorted(i for i in kept if not 0 <= i < len(jobs))
@@ -84,17 +83,17 @@ def lower_bound(
     return LowerBound(work, best, longest, where)
 
 
-def _release_bound(jobs: Times, machines: int = 1) -> float:
+def _release_bound(arrivals: list[float], durations: list[float], machines: int = 1) -> float:
     """max over arrival times t of t + (work of the jobs arriving at or after t) / machines.
 
     On one machine this is the makespan of earliest-arrival-first, the optimum of 1|r_j|C_max.
-    ``jobs`` in arrival order."""
-    if not jobs:
+    The jobs' ``arrivals`` ascending, ``durations`` in the same order."""
+    if not arrivals:
         return 0.0
-    tails = [*itertools.accumulate(d for _, d in reversed(jobs))][::-1]
+    tails = [*itertools.accumulate(reversed(durations))][::-1]
     if machines != 1:
         tails = [t / machines for t in tails]
-    return float(max(map(operator.add, (a for a, _ in jobs), tails)))
+    return float(max(map(operator.add, arrivals, tails)))
 
 
 class _Release:
@@ -107,9 +106,9 @@ class _Release:
 
     __slots__ = ("arrivals", "record_arrivals", "records", "tails", "value")
 
-    def __init__(self, jobs: Times) -> None:  # in arrival order
-        self.arrivals = [a for a, _ in jobs]
-        self.tails = [*itertools.accumulate(d for _, d in reversed(jobs))][::-1] + [0.0]
+    def __init__(self, arrivals: list[float], durations: list[float]) -> None:  # in arrival order
+        self.arrivals = arrivals
+        self.tails = [*itertools.accumulate(reversed(durations))][::-1] + [0.0]
         values = list(map(operator.add, self.arrivals, self.tails))
         peaks = [-math.inf, *itertools.accumulate(values, max)]
         keep = [*itertools.compress(range(len(values)), map(operator.gt, values, peaks))]
@@ -144,33 +143,48 @@ def _table_chain(profile: Profile, jobs: Sequence[Job]) -> tuple[float, str]:
     """The longest chain on one table (``jobs`` in arrival order): (length, "partition: operations")."""
     if not jobs:
         return 0.0, ""
-    cliques = _maximal_cliques(profile, frozenset(job.operation for job in jobs))
-    whole: list[tuple[float, float, Operation]] = []
-    per_part: dict[str, list[tuple[float, float, Operation]]] = {}
-    for job in jobs:
-        entry = (job.arrival, job.duration, job.operation)
-        parts = admission_partitions(job)
-        if parts is None:
-            whole.append(entry)
-            continue
-        for p in parts if len(parts) == 1 else set(parts):
-            found = per_part.get(p)
-            if found is None:
-                per_part[p] = [entry]
-            else:
-                found.append(entry)
+    present = frozenset(job.operation for job in jobs)
+    cliques = _maximal_cliques(profile, present)
+    whole, per_part = _by_footprint(jobs)
     best, where = 0.0, ""
     for clique in cliques:
         ops, name = frozenset(clique), ", ".join(op.value for op in clique)
-        spread = _Release([(a, d) for a, d, op in whole if op in ops])
+        keep = None if present <= ops else ops  # None: every job's operation is in the clique
+        spread = _Release(*_times(whole, keep))
         if spread.value > best:
             best, where = spread.value, f"(whole table): {name}"
         for p, entries in per_part.items():
-            own = [(a, d) for a, d, op in entries if op in ops]
-            value = _joined(spread, _Release(own)) if spread.records else _release_bound(own)
+            arrivals, durations = _times(entries, keep)
+            if spread.records:
+                value = _joined(spread, _Release(arrivals, durations))
+            else:
+                value = _release_bound(arrivals, durations)
             if value > best:
                 best, where = value, f"{p or '(unpartitioned)'}: {name}"
     return best, where
+
+
+def _by_footprint(jobs: Sequence[Job]) -> tuple[list[Job], dict[str, list[Job]]]:
+    """The whole-table jobs, and the jobs on each partition (a job on many is in each), in order."""
+    whole: list[Job] = []
+    per_part: defaultdict[str, list[Job]] = defaultdict(list)
+    for job in jobs:
+        parts = admission_partitions(job)
+        if parts is None:
+            whole.append(job)
+        elif len(parts) == 1:
+            per_part[parts[0]].append(job)
+        else:
+            for p in set(parts):
+                per_part[p].append(job)
+    return whole, per_part
+
+
+def _times(jobs: list[Job], ops: frozenset[Operation] | None) -> tuple[list[float], list[float]]:
+    """The arrivals and the durations of ``jobs`` whose operation is in ``ops`` (None: all)."""
+    if ops is not None:
+        jobs = [job for job in jobs if job.operation in ops]
+    return [job.arrival for job in jobs], [job.duration for job in jobs]
 
 
 def _mutual(profile: Profile, a: Operation, b: Operation) -> bool:

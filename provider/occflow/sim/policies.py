@@ -12,10 +12,10 @@ bound on the makespan (``metrics.lower_bound``).
 from __future__ import annotations
 
 import random
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
+from typing import ClassVar, TypeVar
 
 from ..core.errors import InvalidDeclarationError
 from ..core.kinds import Classification
@@ -26,6 +26,8 @@ from .workload import Job, NaiveSettings, Workload
 
 # ----------------------------------------------------------------------------- footprints
 
+_K = TypeVar("_K")
+
 
 def admission_partitions(job: Job) -> tuple[str, ...] | None:
     """The partitions a job holds while it runs; None: the whole table.
@@ -33,11 +35,13 @@ def admission_partitions(job: Job) -> tuple[str, ...] | None:
     A schema or protocol change touches the table's metadata, which every job on the table
     reads, so it holds the whole table; so does a job whose read names no partition.
     """
-    if job.partitions is None or job.reads_whole_table or job.protocol_change:
+    parts = job.partitions
+    if parts is None or job.reads_whole_table or job.protocol_change or job.operation is _ALTER_METADATA:
         return None
-    if job.operation is Operation.ALTER_METADATA:
-        return None
-    return job.partitions
+    return parts
+
+
+_ALTER_METADATA = Operation.ALTER_METADATA
 
 
 def _conflicting(profile: Profile) -> Mapping[Operation, frozenset[Operation]]:
@@ -53,59 +57,83 @@ def _conflicting(profile: Profile) -> Mapping[Operation, frozenset[Operation]]:
 _CONFLICTING: dict[str, Mapping[Operation, frozenset[Operation]]] = {}
 
 
+class _Held:
+    """What one table holds. Every count is positive: a key whose count drops to 0 is deleted,
+    so a dict's keys are exactly what is held and a check is a C-level ``isdisjoint``."""
+
+    __slots__ = ("conflicting", "ops", "part_jobs", "part_ops", "whole_jobs", "whole_ops")
+
+    def __init__(self, profile: Profile) -> None:
+        self.conflicting = _conflicting(profile)
+        self.ops: dict[Operation, int] = {}  # every job's operation
+        self.whole_ops: dict[Operation, int] = {}  # the operations of whole-table jobs
+        self.whole_jobs = 0
+        self.part_ops: dict[str, dict[Operation, int]] = {}  # per partition (empty dicts stay)
+        self.part_jobs: dict[str, int] = {}  # jobs per partition
+
+
+def _bump(counts: dict[_K, int], key: _K, sign: int) -> None:
+    n = counts.get(key, 0) + sign
+    if n:
+        counts[key] = n
+    else:
+        del counts[key]
+
+
 class FootprintIndex:
     """The operations held on each partition of each table, for quick conflict checks."""
 
     def __init__(self, profiles: Mapping[str, Profile]) -> None:
-        self._profiles = profiles
-        self._any: dict[str, Counter[Operation]] = {t: Counter() for t in profiles}
-        self._whole: dict[str, Counter[Operation]] = {t: Counter() for t in profiles}
-        self._parts: dict[str, dict[str, Counter[Operation]]] = {t: {} for t in profiles}
-        # Jobs held, whatever their operation: on the table, on the whole table, per partition.
-        self._jobs: Counter[str] = Counter()
-        self._whole_jobs: Counter[str] = Counter()
-        self._part_jobs: dict[str, Counter[str]] = {t: Counter() for t in profiles}
+        self._held = {t: _Held(profile) for t, profile in profiles.items()}
 
     def add(self, job: Job, sign: int = 1) -> None:
         # Called for every job a scan turns away (and again to take it out): kept lean.
-        parts, name, op = admission_partitions(job), job.table, job.operation
-        self._any[name][op] += sign
-        self._jobs[name] += sign
+        parts, held, op = admission_partitions(job), self._held[job.table], job.operation
+        _bump(held.ops, op, sign)
         if parts is None:
-            self._whole[name][op] += sign
-            self._whole_jobs[name] += sign
+            _bump(held.whole_ops, op, sign)
+            held.whole_jobs += sign
             return
-        table, jobs = self._parts[name], self._part_jobs[name]
-        for p in parts:
-            held = table.get(p)
-            if held is None:
-                held = table[p] = Counter()
-            held[op] += sign
-            jobs[p] += sign
+        part_ops, part_jobs = held.part_ops, held.part_jobs
+        for p in parts:  # ``_bump`` twice, inlined: this loop runs for every job a scan turns away
+            ops = part_ops.get(p)
+            if ops is None:
+                ops = part_ops[p] = {}
+            n = ops.get(op, 0) + sign
+            if n:
+                ops[op] = n
+            else:
+                del ops[op]
+            n = part_jobs.get(p, 0) + sign
+            if n:
+                part_jobs[p] = n
+            else:
+                del part_jobs[p]
 
     def remove(self, job: Job) -> None:
         self.add(job, -1)
 
     def conflicts(self, job: Job) -> bool:
         """Whether a held operation on an overlapping footprint conflicts with ``job``'s."""
-        bad = _conflicting(self._profiles[job.table])[job.operation]
-        parts = admission_partitions(job)
-        held = [self._any[job.table]] if parts is None else [
-            self._whole[job.table],
-            *(self._parts[job.table].get(p, _EMPTY) for p in parts),
-        ]
-        return any(count > 0 and op in bad for counter in held for op, count in counter.items())
+        parts, held = admission_partitions(job), self._held[job.table]
+        bad = held.conflicting[job.operation]
+        if parts is None:
+            return not bad.isdisjoint(held.ops)
+        if not bad.isdisjoint(held.whole_ops):
+            return True
+        part_ops = held.part_ops
+        for p in parts:
+            ops = part_ops.get(p)
+            if ops and not bad.isdisjoint(ops):
+                return True
+        return False
 
     def overlaps(self, job: Job) -> bool:
         """Whether a held job's footprint overlaps ``job``'s, whatever the two operations."""
-        parts = admission_partitions(job)
+        parts, held = admission_partitions(job), self._held[job.table]
         if parts is None:
-            return self._jobs[job.table] > 0
-        jobs = self._part_jobs[job.table]
-        return self._whole_jobs[job.table] > 0 or any(jobs[p] > 0 for p in parts)
-
-
-_EMPTY: Counter[Operation] = Counter()
+            return bool(held.ops)
+        return held.whole_jobs > 0 or not held.part_jobs.keys().isdisjoint(parts)
 
 
 # ----------------------------------------------------------------------------- admission
@@ -113,6 +141,8 @@ _EMPTY: Counter[Operation] = Counter()
 
 class Admission:
     name = "none"
+    #: Whether ``admits`` looks at the two ``FootprintIndex``es (else the simulator need not fill them).
+    reads_footprints: ClassVar[bool] = True
 
     def admits(self, job: Job, running: FootprintIndex, per_table: Mapping[str, int], blocked: FootprintIndex) -> bool:
         """``running``: jobs holding a slot; ``blocked``: earlier jobs that are still waiting."""
@@ -132,6 +162,7 @@ class AdmitAll(Admission):
     """Airflow without pools: any job starts when a worker slot is free."""
 
     name = "any free slot"
+    reads_footprints: ClassVar[bool] = False
 
     def admits(self, job: Job, running: FootprintIndex, per_table: Mapping[str, int], blocked: FootprintIndex) -> bool:
         return True
@@ -142,6 +173,7 @@ class OnePerTable(Admission):
     """An Airflow pool of one slot per table: jobs on one table never overlap."""
 
     name = "one slot per table"
+    reads_footprints: ClassVar[bool] = False
 
     def admits(self, job: Job, running: FootprintIndex, per_table: Mapping[str, int], blocked: FootprintIndex) -> bool:
         return per_table.get(job.table, 0) == 0

@@ -165,6 +165,7 @@ class _Simulation:
         self.free = workload.slots
         self.running = FootprintIndex(self.profiles)
         self.blocked = FootprintIndex(self.profiles)
+        self.footprints = policy.admission.reads_footprints  # else both indexes stay empty
         self.per_table: Counter[str] = Counter()
         self.live: dict[int, _Live] = {}
         self.tally = _Tally()
@@ -176,23 +177,24 @@ class _Simulation:
         heapq.heappush(self.events, (time, order, next(self.seq), job))
 
     def run(self) -> None:
-        jobs, events = self.jobs, self.events
+        jobs, events, pop = self.jobs, self.events, heapq.heappop
         arrivals = sorted(range(len(jobs)), key=lambda i: jobs[i].arrival)  # stable: index order
+        times = [*(jobs[i].arrival for i in arrivals), _INF]  # times[k]: when arrivals[k] arrives
         n, nxt = len(arrivals), 0
         while events or nxt < n:
-            now = min(events[0][0] if events else _INF, jobs[arrivals[nxt]].arrival if nxt < n else _INF)
+            now = events[0][0] if events and events[0][0] < times[nxt] else times[nxt]
             self.now = now
             while events and events[0][0] == now and events[0][1] != _READY:
-                _, order, _, index = heapq.heappop(events)
+                _, order, _, index = pop(events)
                 if order == _FINISH:
                     self.finish(index)
                 else:  # _RESUME and _BEGIN: the job's next attempt starts in its slot
                     self.start(index)
-            while nxt < n and jobs[arrivals[nxt]].arrival == now:
+            while times[nxt] == now:
                 self.enqueue(arrivals[nxt])
                 nxt += 1
             while events and events[0][0] == now:
-                self.enqueue(heapq.heappop(events)[3])
+                self.enqueue(pop(events)[3])
             self.schedule()
 
     # -- waiting and admission
@@ -235,37 +237,41 @@ class _Simulation:
             return
         admitted, turned_away = [], []
         refused_shapes: set[Shape] = set()
+        jobs, refused, skip_same_shape, can_fill = self.jobs, self.refused, self.skip_same_shape, self.can_fill
         for priority, index, (ready, job_shape) in self.scan():
-            if job_shape in refused_shapes and self.skip_same_shape:
+            if skip_same_shape and job_shape in refused_shapes:
                 # Like a job refused earlier in this pass, with more running and waiting ahead of
                 # it now: refused too, and adding it to ``blocked`` would change no answer.
-                self.refused.add(index)
+                refused.add(index)
                 continue
-            job = self.jobs[index]
+            job = jobs[index]
             if admission.admits(job, running, per_table, blocked):
                 admitted.append((priority, index))
-                self.admit(index, index in self.refused or ready <= self.full_mark)
+                self.admit(index, index in refused or ready <= self.full_mark)
                 if not self.free:
                     break
-                if self.can_fill and admission.full(per_table, tables):
+                if can_fill and admission.full(per_table, tables):
                     self.full_mark = self.ready_number
                     break
             else:
-                blocked.add(job)
                 turned_away.append(job)
-                self.refused.add(index)
+                if self.footprints:
+                    blocked.add(job)
+                refused.add(index)
                 refused_shapes.add(job_shape)
         for priority, index in admitted:
             del self.waiting[priority][index]
-            self.refused.discard(index)
+            refused.discard(index)
         self.n_waiting -= len(admitted)
-        for job in turned_away:
-            blocked.remove(job)
+        if self.footprints:
+            for job in turned_away:
+                blocked.remove(job)
 
     def admit(self, index: int, waited: bool) -> None:
         job = self.jobs[index]
         self.free -= 1
-        self.running.add(job)
+        if self.footprints:
+            self.running.add(job)
         self.per_table[job.table] += 1
         if index not in self.live:
             self.live[index] = _Live(job)
@@ -280,7 +286,8 @@ class _Simulation:
     def release(self, job: Job) -> None:
         self.changed = True
         self.free += 1
-        self.running.remove(job)
+        if self.footprints:
+            self.running.remove(job)
         self.per_table[job.table] -= 1
 
     # -- attempts
@@ -296,7 +303,8 @@ class _Simulation:
         job, live, tally = self.jobs[index], self.live[index], self.tally
         log = self.logs[job.table]
         lost = log.commit(live.begin, job.operation, live.footprint, index)
-        self.peak_retained = max(self.peak_retained, log.retained)
+        if log.retained > self.peak_retained:
+            self.peak_retained = log.retained
         tally.attempts += 1
         if lost is None:
             tally.useful += self.now - live.start

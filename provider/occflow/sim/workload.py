@@ -28,9 +28,10 @@ duplicate key is an error, not a silent override).
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,11 @@ class Fixed:
     def sample(self, rng: random.Random) -> float:
         return self.value
 
+    def sampler(self, rng: random.Random) -> Callable[[], float]:
+        """``sample`` bound to ``rng``, drawing the same values (used per job in bulk)."""
+        value = self.value
+        return lambda: value
+
     def describe(self) -> str:
         return f"{self.value:g}s"
 
@@ -81,6 +87,10 @@ class Uniform:
 
     def sample(self, rng: random.Random) -> float:
         return rng.uniform(self.low, self.high)
+
+    def sampler(self, rng: random.Random) -> Callable[[], float]:
+        low, width, draw = self.low, self.high - self.low, rng.random
+        return lambda: low + width * draw()  # ``Random.uniform``'s formula
 
     def describe(self) -> str:
         return f"uniform {self.low:g}-{self.high:g}s"
@@ -96,6 +106,10 @@ class LogNormal:
     def sample(self, rng: random.Random) -> float:
         return rng.lognormvariate(math.log(self.median), self.sigma)
 
+    def sampler(self, rng: random.Random) -> Callable[[], float]:
+        mu, sigma, normal, exp = math.log(self.median), self.sigma, rng.normalvariate, math.exp
+        return lambda: exp(normal(mu, sigma))  # ``Random.lognormvariate``'s formula
+
     def describe(self) -> str:
         return f"lognormal median {self.median:g}s sigma {self.sigma:g}"
 
@@ -109,6 +123,11 @@ class Every:
 
     def sample_at(self, index: int) -> float:
         return self.start + index * self.every
+
+    def sampler(self, rng: random.Random) -> Callable[[], float]:
+        """The arrivals in turn: ``sample_at(0)``, ``sample_at(1)``, ... (``rng`` draws nothing)."""
+        indexes = itertools.count()
+        return lambda: self.sample_at(next(indexes))
 
     def describe(self) -> str:
         return f"every {self.every:g}s from {self.start:g}s"
@@ -152,7 +171,7 @@ class JobSpec:
     protocol_change: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Job:
     """One write job of a run, with its sampled duration and arrival time."""
 
@@ -220,29 +239,34 @@ class Workload:
         rng = random.Random(f"workload:{seed}")
         jobs: list[Job] = []
         for spec in self.specs:
-            table = self.table(spec.table)
-            for i in range(spec.count):
-                if isinstance(spec.partitions, RandomPartitions):
-                    parts: tuple[str, ...] | None = tuple(
-                        sorted(rng.sample(spec.partitions.among or table.partitions, spec.partitions.count))
-                    )
-                else:
-                    parts = spec.partitions
-                arrival = spec.arrival.sample_at(i) if isinstance(spec.arrival, Every) else spec.arrival.sample(rng)
-                jobs.append(
-                    Job(
-                        index=len(jobs),
-                        name=spec.name if spec.count == 1 else f"{spec.name}-{i}",
-                        table=spec.table,
-                        operation=spec.operation,
-                        partitions=parts,
-                        duration=max(spec.duration.sample(rng), 1e-3),
-                        arrival=max(arrival, 0.0),
-                        reads_whole_table=spec.reads_whole_table,
-                        protocol_change=spec.protocol_change,
-                    )
-                )
+            _draw(spec, self.table(spec.table), rng, jobs)
         return tuple(jobs)
+
+
+def _draw(spec: JobSpec, table: TableSpec, rng: random.Random, jobs: list[Job]) -> None:
+    """Append ``spec``'s jobs to ``jobs``. Per job, ``rng`` draws its partitions, then its
+    arrival, then its duration; what does not change from job to job is looked up once."""
+    partitions = spec.partitions
+    among = (partitions.among or table.partitions) if isinstance(partitions, RandomPartitions) else ()
+    # One partition: ``rng.choice`` makes the draw ``rng.sample`` makes for one (same values).
+    choose = rng.choice if isinstance(partitions, RandomPartitions) and partitions.count == 1 else None
+    draw_arrival = spec.arrival.sampler(rng)
+    draw_duration = spec.duration.sampler(rng)
+    name, many, first = spec.name, spec.count != 1, len(jobs)
+    whole, protocol = spec.reads_whole_table, spec.protocol_change
+    for i in range(spec.count):
+        if choose is not None:
+            parts: tuple[str, ...] | None = (choose(among),)
+        elif isinstance(partitions, RandomPartitions):
+            parts = tuple(sorted(rng.sample(among, partitions.count)))
+        else:
+            parts = partitions
+        arrival = draw_arrival()
+        duration = draw_duration()
+        jobs.append(Job(
+            first + i, f"{name}-{i}" if many else name, spec.table, spec.operation, parts,
+            1e-3 if duration < 1e-3 else duration, 0.0 if arrival < 0.0 else arrival, whole, protocol,
+        ))
 
 
 # --------------------------------------------------------------------------- parsing
