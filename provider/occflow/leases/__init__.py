@@ -26,6 +26,7 @@ from .model import (
     operations_conflict,
 )
 from .store import LeaseStore
+from .wakeup import Watch
 
 __all__ = [
     "Admission",
@@ -43,6 +44,7 @@ __all__ = [
     "LeaseStoreUnavailable",
     "NotAdmittedError",
     "TaskAdmission",
+    "Watch",
     "cached_store",
     "default_url",
     "footprints_overlap",

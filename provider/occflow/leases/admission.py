@@ -17,7 +17,7 @@ from functools import lru_cache
 from typing import Any
 
 from ..core.declaration import WriteDeclaration
-from .config import store_url
+from .config import store_options, store_url
 from .keeper import LeaseKeeper
 from .model import (
     Admission,
@@ -29,14 +29,16 @@ from .model import (
     NotAdmittedError,
 )
 from .store import LeaseStore
+from .wakeup import Watch
 
 _log = logging.getLogger(__name__)
 
 
 @lru_cache(maxsize=8)
 def cached_store(url: str | None = None) -> LeaseStore:
-    """One store per URL per process (an engine with its connection pool)."""
-    return LeaseStore.from_url(store_url(url))
+    """One store per URL per process (an engine with its connection pool); history and
+    priorities from the environment (``config.store_options``)."""
+    return LeaseStore.from_url(store_url(url), **store_options())
 
 
 def holder_of(context: Mapping[str, Any]) -> Holder:
@@ -72,6 +74,15 @@ class TaskAdmission:
     def decide(self, request: LeaseRequest) -> Admission:
         """The lease now, or the request's place in the queue and what it waits behind."""
         return self.store.decide(request)
+
+    def wait_for_lease(self, request: LeaseRequest, seconds: float, safety_poll: float = 5.0) -> Admission:
+        """Decide, waiting in this process up to ``seconds`` for a lease on the table to be let
+        go (woken at once: ``LeaseStore.wait_for_lease``); the last decision."""
+        return self.store.wait_for_lease(request, seconds, safety_poll)
+
+    def watch(self, table: str) -> Watch:
+        """Woken when part of ``table``'s footprint is let go (``occflow.leases.wakeup``)."""
+        return self.store.watch(table)
 
     def blocking_leases(self, request: LeaseRequest) -> list[Lease]:
         """Live leases that block ``request``, without taking a lease or a queue place."""

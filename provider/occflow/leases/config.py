@@ -17,10 +17,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError
 
-from .model import LeaseStoreError
+from .model import AdmissionPriorities, LeaseStoreError
 
 URL_ENV = "OCCFLOW_LEASE_STORE_URL"
 CONN_ID_ENV = "OCCFLOW_LEASE_STORE_CONN_ID"
+#: ``1`` records the store's history (``LeaseStore(history=True)``) in the tasks' stores.
+HISTORY_ENV = "OCCFLOW_LEASE_HISTORY"
+#: Seconds data writes start ahead of maintenance in the queue (``AdmissionPriorities``).
+HEAD_START_ENV = "OCCFLOW_LEASE_DATA_WRITE_HEAD_START"
 
 # Airflow connection URIs use conn types as schemes; SQLAlchemy wants dialect+driver.
 _SCHEMES = {
@@ -63,6 +67,22 @@ def store_url(url: str | None = None, env: Mapping[str, str] | None = None) -> s
     if env.get(URL_ENV):
         return url_from_connection_uri(env[URL_ENV])
     return default_url(env)
+
+
+def store_options(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``LeaseStore`` options from the environment: history and the data writes' head start."""
+    env = os.environ if env is None else env
+    options: dict[str, Any] = {"history": env.get(HISTORY_ENV, "").strip().lower() in ("1", "true", "yes")}
+    raw = env.get(HEAD_START_ENV, "").strip()
+    if raw:
+        try:
+            head_start = float(raw)
+        except ValueError:
+            head_start = -1.0
+        if not 0 <= head_start < float("inf"):
+            raise LeaseStoreError(f"{HEAD_START_ENV}={raw!r} must be a number of seconds >= 0 (e.g. 1800)")
+        options["priorities"] = AdmissionPriorities(data_write_head_start=head_start)
+    return options
 
 
 def resolve_store_url(

@@ -25,7 +25,7 @@ from ..core.errors import InvalidDeclarationError, InvalidFootprintError, Occflo
 from ..core.footprint import footprints_overlap, parse_partition_key
 from ..core.identifiers import canonical_table
 from ..core.operations import Operation
-from ..core.profiles import Profile, get_profile, operations_conflict
+from ..core.profiles import Profile, footprint_reach, get_profile, operations_conflict
 
 WHOLE_TABLE = "*"
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
@@ -88,8 +88,11 @@ class Claim:
     def blocks(self, other: Claim) -> bool:
         """Whether the two must not run together: their footprints overlap and the matrices
         say the operations conflict. The one rule admission, the conflict-free sensor and the
-        history checker apply."""
-        return footprints_overlap(self.partitions, other.partitions) and operations_conflict(
+        history checker apply. A footprint reaches the whole table where the engine validates
+        the operation against every file (``footprint_reach``)."""
+        mine = footprint_reach(self.profile, self.operation, self.partitions)
+        theirs = footprint_reach(other.profile, other.operation, other.partitions)
+        return footprints_overlap(mine, theirs) and operations_conflict(
             self.profile, self.operation, other.profile, other.operation
         )
 
@@ -129,12 +132,15 @@ class AdmissionPriorities:
     """How far ahead in the queue each kind of operation starts, in seconds of waiting.
 
     A waiting request's place is its arrival time minus its head start. Data writes start
-    ahead of compactions (by ``data_write_head_start``), so a compaction lets data writes
-    that arrive up to that long after it go first, and no longer: the bypass is bounded, a
-    compaction is never starved. ``per_operation`` overrides a single operation.
+    ahead of maintenance (compactions, OPTIMIZE, clustering: ``Operation.is_compaction``) by
+    ``data_write_head_start``: a waiting compaction does not block data writes that arrive up
+    to that long after it (they go first, and it waits behind them), and once it has waited
+    longer, later data writes queue behind it: the bypass is bounded, a compaction is never
+    starved. ``per_operation`` overrides a single operation.
     """
 
-    data_write_head_start: float = 60.0
+    #: 30 minutes: maintenance yields to the data writes of a busy half hour, then goes.
+    data_write_head_start: float = 1800.0
     compaction_head_start: float = 0.0
     per_operation: Mapping[str, float] = field(default_factory=dict)
 

@@ -104,6 +104,15 @@ fences = sa.Table(
     sa.Column("last_fence", sa.BigInteger, nullable=False),
 )
 
+# Per table, a counter bumped in every decision that frees part of the table's footprint: the
+# SQLite store's wake-up signal (``wakeup``; PostgreSQL sends a NOTIFY instead).
+wakeups = sa.Table(
+    "occflow_lease_wakeups",
+    metadata,
+    sa.Column("table_name", sa.String(512), primary_key=True),
+    sa.Column("generation", sa.BigInteger, nullable=False),
+)
+
 #: Columns added after the first release, as ``ALTER TABLE ... ADD COLUMN`` clauses: a store
 #: created by an older occflow gains them on ``create_schema`` and keeps working.
 ADDED_COLUMNS: dict[str, dict[str, str]] = {

@@ -43,6 +43,7 @@ from .model import (
 )
 from .rows import dump_keys, holder_of, lease_of, load_keys
 from .transaction import Place, RowLike, TableTransaction, blockers_of
+from .wakeup import Watch, announce, hub_for
 
 T = TypeVar("T")
 _DATABASE_ERRORS = (sa.exc.DBAPIError, sa.exc.TimeoutError)
@@ -137,7 +138,11 @@ class LeaseStore:
                 now = float(
                     conn.execute(sa.text("SELECT (julianday('now') - 2440587.5) * 86400.0")).scalar_one()
                 )
-            yield TableTransaction(conn, table, now, self.history)
+            tx = TableTransaction(conn, table, now, self.history)
+            yield tx
+            if tx.freed:
+                # Part of the footprint was let go: wake the table's waiters as this commits.
+                announce(conn, self.dialect, table)
 
     @_translated
     def decide(self, request: LeaseRequest) -> Admission:
@@ -176,17 +181,38 @@ class LeaseStore:
     def acquire(
         self, request: LeaseRequest, timeout: float | None = None, poll: float = 1.0
     ) -> Lease:
-        """Wait (polling every ``poll`` seconds) until admitted; gives up after ``timeout``."""
+        """Wait until admitted (woken when a lease on the table is let go, and asking every
+        ``poll`` seconds in any case); gives up after ``timeout``."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            admission = self.decide(request)
-            if admission.lease is not None:
-                return admission.lease
-            if deadline is not None and time.monotonic() >= deadline:
-                self.cancel(request)
-                waits = "; ".join(b.describe() for b in admission.blockers)
-                raise AdmissionTimeout(f"not admitted within {timeout}s: {request.describe()} waits for {waits}")
-            time.sleep(poll)
+        with self.watch(request.table) as watch:  # woken at once when a lease is let go
+            while True:
+                watch.clear()
+                admission = self.decide(request)
+                if admission.lease is not None:
+                    return admission.lease
+                if deadline is not None and time.monotonic() >= deadline:
+                    self.cancel(request)
+                    waits = "; ".join(b.describe() for b in admission.blockers)
+                    raise AdmissionTimeout(f"not admitted within {timeout}s: {request.describe()} waits for {waits}")
+                watch.wait(poll if deadline is None else min(poll, max(deadline - time.monotonic(), 0.0)))
+
+    def watch(self, table: str) -> Watch:
+        """A ``Watch`` woken when a decision frees part of ``table``'s footprint (``wakeup``);
+        close it when done waiting (it is a context manager)."""
+        return hub_for(self.engine).watch(table)
+
+    def wait_for_lease(self, request: LeaseRequest, seconds: float, safety_poll: float = 5.0) -> Admission:
+        """Decide, and while not admitted, wait up to ``seconds`` for a wake-up and decide again
+        (every ``safety_poll`` seconds as well, in case a wake-up is lost); the last decision."""
+        deadline = time.monotonic() + seconds
+        with self.watch(request.table) as watch:
+            while True:
+                watch.clear()  # before deciding: a release committed after this wakes us
+                admission = self.decide(request)
+                remaining = deadline - time.monotonic()
+                if admission.lease is not None or remaining <= 0:
+                    return admission
+                watch.wait(min(remaining, safety_poll))
 
     # -- holding and letting go ------------------------------------------------------------
 
@@ -263,6 +289,7 @@ class LeaseStore:
         with self._locked(request.table) as tx:
             gone = tx.conn.execute(Q.delete().where(Q.c.request_id == request.request_id)).rowcount
             if gone:
+                tx.freed = True  # a later request may have waited behind this one
                 tx.request_event("cancel", request)
         return bool(gone)
 

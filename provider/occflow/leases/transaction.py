@@ -51,6 +51,9 @@ class TableTransaction:
     table: str
     now: float
     history: bool
+    #: Whether this transaction let go of part of the footprint (a lease or a queue place):
+    #: the store then wakes the table's waiters as it commits (``wakeup.announce``).
+    freed: bool = False
 
     def event(self, kind: str, row: Any, **fields: Any) -> None:
         """Record ``kind`` for a lease or queue row (or a request: anything with the fields)."""
@@ -76,6 +79,7 @@ class TableTransaction:
             .returning(L.c.lease_id, L.c.request_id, L.c.operation, L.c.profile, L.c.partitions, L.c.pid)
         ).all()
         if expired:
+            self.freed = True
             self.conn.execute(K.delete().where(K.c.lease_id.in_([r.lease_id for r in expired])))
             for r in expired:
                 self.event("expire", r, lease_id=r.lease_id, request_id=r.request_id, pid=r.pid)
@@ -85,6 +89,7 @@ class TableTransaction:
             .returning(Q.c.request_id, Q.c.operation, Q.c.profile, Q.c.partitions, Q.c.pid)
         ).all()
         for place in gone:
+            self.freed = True
             self.event("dequeue", place, request_id=place.request_id, pid=place.pid)
         return len(expired)
 
@@ -96,7 +101,9 @@ class TableTransaction:
         stays an index scan whatever the planner's statistics say about a freshly filled table.
         """
         L, K = schema.leases, schema.lease_keys
-        if request.partitions is None:
+        if request.partitions is None or request.profile.reads_whole_table:
+            # On a profile where some operations' commits read every file (delta-rs appends),
+            # a lease on any partition may block or be blocked (``Claim.blocks``).
             return self.conn.execute(sa.select(L).where(L.c.table_name == self.table)).all()
         on_table = K.c.table_name == self.table
         sigs = sorted({columns_of(k) for k in request.partitions})
@@ -147,6 +154,7 @@ class TableTransaction:
             self.delete_lease(row.lease_id)
             self.event("takeover", row, lease_id=row.lease_id, request_id=request.request_id, pid=row.pid)
         for row in ruling.dropped:
+            self.freed = True
             self.conn.execute(schema.queue.delete().where(schema.queue.c.request_id == row.request_id))
             self.event("dequeue", row, request_id=row.request_id, pid=row.pid)
         gone = {r.lease_id for r in ruling.taken_over}
@@ -166,6 +174,7 @@ class TableTransaction:
             .returning(L.c.request_id, L.c.operation, L.c.profile, L.c.partitions, L.c.pid)
         ).first()
         if row is not None:
+            self.freed = True
             self.conn.execute(K.delete().where(K.c.lease_id == lease_id))
         return row
 

@@ -104,7 +104,13 @@ class OccflowWriteOperator(BaseOperator):
     :param admission: take a lease before writing (``True``); ``False`` writes without one.
     :param lease_store_url: SQLAlchemy URL of the lease store (default: env / embedded SQLite).
     :param lease_ttl: seconds a lease lives without a heartbeat (heartbeats run while writing).
-    :param admission_poll_interval: seconds between admission checks while deferred.
+    :param admission_poll_interval: seconds between safety checks while waiting for admission
+        (a lease let go on the table wakes the waiting task at once; this covers a lost wake-up).
+    :param admission_wait_seconds: seconds a write that is not admitted at once waits for a
+        lease in its worker before it defers (0: defer at once). Skips Airflow's deferral round
+        trip for short waits, holding the worker slot meanwhile.
+    :param admission_resume_settle_seconds: seconds after a deferral before the task is resumed
+        (guards against an Airflow 3.3 race that kills a task resumed very soon; 0: off).
     """
 
     template_fields: Sequence[str] = ("partitions",)
@@ -126,6 +132,8 @@ class OccflowWriteOperator(BaseOperator):
         lease_store_url: str | None = None,
         lease_ttl: float = 300.0,
         admission_poll_interval: float = 2.0,
+        admission_wait_seconds: float = 0.0,
+        admission_resume_settle_seconds: float = 10.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -151,6 +159,8 @@ class OccflowWriteOperator(BaseOperator):
         self.lease_store_url = lease_store_url
         self.lease_ttl = lease_ttl
         self.admission_poll_interval = admission_poll_interval
+        self.admission_wait_seconds = admission_wait_seconds
+        self.admission_resume_settle_seconds = admission_resume_settle_seconds
 
     @classmethod
     def partial(cls, **kwargs: Any) -> Any:  # type: ignore[override]

@@ -1,7 +1,11 @@
 """Triggers on the lease store: admission of a waiting write, and a conflict-free footprint.
 
-Both poll the store with the task's request (``LeaseRequest.to_dict``) through
-``TaskAdmission``; they differ only in what they check on each poll and the event they fire.
+Both ask the store with the task's request (``LeaseRequest.to_dict``) through
+``TaskAdmission``; they differ only in what they check and the event they fire. They ask again
+the moment a lease (or queue place) on the table is let go: the store announces it as it
+commits (``occflow.leases.wakeup``: PostgreSQL LISTEN/NOTIFY, a short backoff poll on SQLite),
+and ``poll_interval`` is only the safety poll in case a wake-up is lost. The admission trigger
+takes the lease itself when woken, so release to grant is a few milliseconds.
 A poll that fails because the store's database is unavailable (``LeaseStoreUnavailable``: a
 restart, a network blip, a locked file) is retried with exponential backoff for up to
 ``outage_budget`` seconds before the trigger fails, so a blip does not fail every deferred task.
@@ -24,7 +28,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from ..leases import LeaseRequest, LeaseStoreError, LeaseStoreUnavailable, TaskAdmission
+from ..leases import LeaseRequest, LeaseStoreError, LeaseStoreUnavailable, TaskAdmission, Watch
 
 #: Seconds a trigger keeps retrying an unavailable store before it fails (a PostgreSQL restart
 #: or failover takes well under this).
@@ -32,7 +36,8 @@ DEFAULT_OUTAGE_BUDGET = 300.0
 
 
 class LeaseStoreTrigger(BaseTrigger):
-    """Polls the lease store every ``poll_interval`` seconds until ``check`` returns an event."""
+    """Asks the lease store until ``check`` returns an event: when woken by a lease let go on
+    the table (``wakeup``), and every ``poll_interval`` seconds in any case."""
 
     def __init__(
         self,
@@ -40,19 +45,23 @@ class LeaseStoreTrigger(BaseTrigger):
         store_url: str | None = None,
         poll_interval: float = 2.0,
         outage_budget: float = DEFAULT_OUTAGE_BUDGET,
+        wakeup: bool = True,
+        fire_not_before: float | None = None,
     ) -> None:
         super().__init__()
         self.request = dict(request)
         self.store_url = store_url
         self.poll_interval = poll_interval
         self.outage_budget = outage_budget
+        self.wakeup = wakeup
+        self.fire_not_before = fire_not_before
 
     @classmethod
     def for_request(
         cls, request: LeaseRequest, store_url: str | None, poll_interval: float,
-        outage_budget: float = DEFAULT_OUTAGE_BUDGET,
+        outage_budget: float = DEFAULT_OUTAGE_BUDGET, wakeup: bool = True, fire_not_before: float | None = None,
     ) -> LeaseStoreTrigger:
-        return cls(request.to_dict(), store_url, poll_interval, outage_budget)
+        return cls(request.to_dict(), store_url, poll_interval, outage_budget, wakeup, fire_not_before)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -62,6 +71,8 @@ class LeaseStoreTrigger(BaseTrigger):
                 "store_url": self.store_url,
                 "poll_interval": self.poll_interval,
                 "outage_budget": self.outage_budget,
+                "wakeup": self.wakeup,
+                "fire_not_before": self.fire_not_before,
             },
         )
 
@@ -72,12 +83,46 @@ class LeaseStoreTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         request = LeaseRequest.from_dict(self.request)
         admission = TaskAdmission(self.store_url)
-        while True:
-            event = await self._poll(admission, request)
-            if event is not None:
-                yield TriggerEvent(event)
-                return
-            await asyncio.sleep(self.poll_interval)
+        watch = await self._watch(admission, request) if self.wakeup else None
+        try:
+            while True:
+                if watch is not None:
+                    watch.clear()  # before asking: a release committed after this wakes us
+                event = await self._poll(admission, request)
+                if event is not None:
+                    await self._settle()
+                    yield TriggerEvent(event)
+                    return
+                if watch is None:
+                    await asyncio.sleep(self.poll_interval)
+                else:
+                    await watch.wait_async(self.poll_interval)
+        finally:
+            if watch is not None:
+                watch.close()
+
+    async def _settle(self) -> None:
+        """Hold the event until ``fire_not_before`` (wall clock, epoch seconds), if set.
+
+        Airflow 3.3 may kill a task resumed very soon after it deferred: when the scheduler
+        handles the executor's report that the deferring process exited only after the resumed
+        try is running (a busy machine), it takes the report for the resumed try and fails it
+        ("finished with state success, but the task instance's state attribute is running").
+        The operators set this a few seconds after the deferral; a lease granted meanwhile is
+        held (it was decided in queue order) and the event fires then."""
+        delay = 0.0 if self.fire_not_before is None else self.fire_not_before - time.time()
+        if delay > 0:
+            self.log.info("admitted; resuming the task in %.1fs (settling after its deferral)", delay)
+            await asyncio.sleep(delay)
+
+    async def _watch(self, admission: TaskAdmission, request: LeaseRequest) -> Watch | None:
+        """A watch on the request's table, or ``None`` (plain polling) if the store cannot be
+        reached now: the polls ride the outage out as before."""
+        try:
+            return await asyncio.to_thread(admission.watch, request.table)
+        except LeaseStoreError as exc:
+            self.log.warning("no lease wake-ups (polling every %gs instead): %s", self.poll_interval, exc)
+            return None
 
     async def _poll(self, admission: TaskAdmission, request: LeaseRequest) -> dict[str, Any] | None:
         """One poll, riding out an unavailable store for up to ``outage_budget`` seconds."""

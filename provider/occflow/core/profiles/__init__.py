@@ -46,11 +46,22 @@ def operations_conflict(
     return False
 
 
+def footprint_reach(
+    profile: Profile, operation: Operation, partitions: frozenset[str] | None
+) -> frozenset[str] | None:
+    """The partitions a write's commit is validated against: its own, or the whole table
+    (``None``) for an operation whose commit reads every file on this engine
+    (``Profile.reads_whole_table``: a delta-rs append or OPTIMIZE fails against a removal in
+    any partition)."""
+    return None if operation in profile.reads_whole_table else partitions
+
+
 def profile_names() -> list[str]:
     return list(PROFILES)
 
 
 __all__ = [
+    "footprint_reach",
     "PROFILES",
     "Cell",
     "Condition",
