@@ -15,11 +15,11 @@ echo "== mypy --strict occflow.core"
 echo "== import-linter (layers, engine independence, pure core, no circles)"
 .venv/bin/lint-imports --no-cache
 echo "== pytest (default suites)"
-.venv/bin/pytest -m "not slow" "$@"
+.venv/bin/pytest -m "not slow" --durations=15 "$@"
 if [ "${CI:-}" = "true" ] || [ "${OCCFLOW_SLOW:-0}" = "1" ]; then
   echo "== pytest (slow suites)"
   set +e
-  .venv/bin/pytest -m slow "$@"
+  .venv/bin/pytest -m slow --durations=15 "$@"
   rc=$?
   set -e
   # 5: no test selected (e.g. a path argument without slow tests) is not a failure

@@ -117,19 +117,26 @@ def test_a_listener_whose_connection_dies_reconnects_and_still_wakes(pg_url):
     lease_store.dispose()
 
 
-def test_the_admission_trigger_takes_the_lease_when_woken(store_url):
-    lease_store = LeaseStore.from_url(store_url)
-    first = lease_store.try_acquire(req("a"))
-    waiting = req("b")
-    trigger = LeaseAdmissionTrigger.for_request(waiting, store_url, poll_interval=SAFETY)
+def first_event_after_release(trigger, lease_store, lease):
+    """Run ``trigger`` while another thread releases ``lease`` 1.2 s later: its first event's
+    payload, when it fired, and when the release happened."""
 
     async def first_event():
         async for event in trigger.run():
             return event.payload, time.monotonic()
 
-    releaser, released = release_later(lease_store, first, 1.2)
+    releaser, released = release_later(lease_store, lease, 1.2)
     payload, fired = asyncio.run(asyncio.wait_for(first_event(), 20))
     releaser.join()
+    return payload, fired, released
+
+
+def test_the_admission_trigger_takes_the_lease_when_woken(store_url):
+    lease_store = LeaseStore.from_url(store_url)
+    first = lease_store.try_acquire(req("a"))
+    waiting = req("b")
+    trigger = LeaseAdmissionTrigger.for_request(waiting, store_url, poll_interval=SAFETY)
+    payload, fired, released = first_event_after_release(trigger, lease_store, first)
     assert payload["status"] == "admitted"
     assert fired - released["at"] < BOUND, f"release -> event took {fired - released['at']:.2f}s"
     lease = TaskAdmission(store_url).lease_from_event(payload)  # granted in the trigger, live in the store
@@ -141,14 +148,7 @@ def test_the_conflict_free_trigger_fires_when_woken(store_url):
     lease_store = LeaseStore.from_url(store_url)
     first = lease_store.try_acquire(req("a"))
     trigger = ConflictFreeTrigger.for_request(req("watcher"), store_url, poll_interval=SAFETY)
-
-    async def first_event():
-        async for event in trigger.run():
-            return event.payload, time.monotonic()
-
-    releaser, released = release_later(lease_store, first, 1.2)
-    payload, fired = asyncio.run(asyncio.wait_for(first_event(), 20))
-    releaser.join()
+    payload, fired, released = first_event_after_release(trigger, lease_store, first)
     assert payload == {"status": "conflict_free", "table": "db.t"}
     assert fired - released["at"] < BOUND
     assert lease_store.leases("db.t") == []  # it only watched: no lease taken
