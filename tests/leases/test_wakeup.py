@@ -24,7 +24,9 @@ from occflow.operators import admission as operator_admission
 from occflow.triggers.lease import ConflictFreeTrigger, LeaseAdmissionTrigger
 
 SAFETY = 30.0  # the safety poll in the latency tests: far beyond the bound they assert
-BOUND = 1.0  # release -> grant, generous for a busy 2-core machine (measured: ~0.05 s PG, ~0.3 s SQLite)
+# release -> grant, generous for a busy 2-core machine (measured: ~0.05 s PG, ~0.3 s SQLite, up to
+# 1.05 s on SQLite under a full CI run); a waiter that is not woken waits for the 30-s safety poll.
+BOUND = 3.0
 
 
 def req(task, operation="insert_overwrite", partitions=("ds=1",), table="db.t", profile="delta-rs"):
