@@ -1,16 +1,17 @@
 """Benchmark (not a test): the same write jobs for real under naive, partition-lock and occflow.
 
 M jobs, each a MERGE (upsert a range of ids into one partition) or a blind append (INSERT INTO
-new ids of one partition), run on K worker slots (threads, like Airflow's parallelism) under
+new ids of one partition), in two workloads: ``merge`` (MERGE-only upserts, ``--merge-jobs``) and
+``mixed`` (MERGEs and appends, ``--jobs``, ``--append-share``), run on K worker slots (threads, like Airflow's parallelism) under
 each policy (see bench/real_bench_sched.py): ``naive`` (Airflow retries, fixed delay),
 ``partition-lock`` (a hand-built exclusive lock per (table, partition), Airflow retries) and
 ``occflow`` (the lease store admits by the profile's matrix; classified retries).
 
 Variants: ``iceberg`` (Spark ``local[2]`` + Iceberg 1.10 through ``occflow.engines.spark``,
 serializable MERGE, copy-on-write) and ``delta`` (delta-rs through ``occflow.engines.deltars``).
-One run = each variant, each policy, on a fresh table with the same seed rows and jobs;
+One run = each workload, each variant, each policy, on a fresh table with the same seed rows and jobs;
 ``--repeats N`` repeats it, rotating the policy order per repeat (the Spark JVM is warmed up
-first). Reported per variant and policy: wall time and wasted executor seconds (median and
+first). Reported per workload, variant and policy: wall time and wasted executor seconds (median and
 min-max over the repeats), attempts, failed attempts (each with the engine's error text and the
 commit it lost to) and the table check; the ratios naive/occflow and partition-lock/occflow per
 repeat with their median and spread. Executor time: for Spark the executors' task run time of the
@@ -18,7 +19,8 @@ attempt's Spark jobs (``executorRunTime`` by job group); delta-rs runs in-proces
 executor time is the attempt's wall time. The table check reads the table back after each
 policy: row count, sum of values (Iceberg) and one commit per committed job (exactly once).
 
-Run: ``.venv/bin/python bench/real_bench.py [--variant iceberg|delta|both] [--repeats 3]``.
+Run: ``.venv/bin/python bench/real_bench.py [--workload merge|mixed|both] [--variant iceberg|delta|both]
+[--repeats 3]``.
 Writes bench/results/real_bench.json.
 """
 
@@ -50,6 +52,10 @@ from occflow.engines.outcome import WriteOutcome
 from occflow.leases import LeaseStore
 
 HERE = Path(__file__).resolve().parent
+# Default sizes: an Iceberg MERGE attempt takes about 8-15 s, a delta-rs one a few seconds, so
+# that the 2 s retry delay does not dominate what a lost attempt costs.
+ICEBERG_ROWS, ICEBERG_SEED_ROWS = 250000, 1500000
+DELTA_ROWS, DELTA_SEED_ROWS = 1000000, 6000000
 
 
 def expected_rows(committed: list[BenchJob], partitions: int, seed_rows: int) -> int:
@@ -132,12 +138,12 @@ class IcebergVariant:
         outcome = self.engine.run(sql, table, operation=job.operation, session=pinned_session(self.spark))
         return outcome, executor_seconds(self.spark, group, outcome.seconds)
 
-    def run(self, policy: str, repeat: int, jobs: list[BenchJob]) -> PolicyResult:
+    def run(self, policy: str, tag: str, jobs: list[BenchJob]) -> PolicyResult:
         from occflow.engines.spark import quote_table
 
-        table = f"lake.bench.r{repeat}_{policy.replace('-', '_')}"
+        table = f"lake.bench.{tag}_{policy.replace('-', '_')}"
         self.create(table)
-        store = new_store(self.workdir, f"iceberg-r{repeat}-{policy}") if policy == "occflow" else None
+        store = new_store(self.workdir, f"iceberg-{tag}-{policy}") if policy == "occflow" else None
         result = run_policy(policy, jobs, lambda job, group: self.run_job(table, job, group),
                             settings(self.args, self.profile, table), store)
         committed = result.committed(jobs)
@@ -212,20 +218,20 @@ class DeltaVariant:
             outcome = table.merge(source, ["id"], partition={"part": job.partition})
         return outcome, outcome.seconds
 
-    def run(self, policy: str, repeat: int, jobs: list[BenchJob]) -> PolicyResult:
+    def run(self, policy: str, tag: str, jobs: list[BenchJob]) -> PolicyResult:
         import pyarrow as pa
 
         from occflow.engines.deltars import DeltaRsTable
 
-        table = DeltaRsTable(self.workdir / f"delta-r{repeat}-{policy}")
+        table = DeltaRsTable(self.workdir / f"delta-{tag}-{policy}")
         seed_rows = self.args.delta_seed_rows
         seed = pa.concat_tables([self.rows(range(seed_rows), f"p{i}", 0) for i in range(self.args.partitions)])
         created = table.create(seed, partition_by=["part"])
         if not created.committed:
             raise RuntimeError(f"could not create the delta table: {created.error}")
-        store = new_store(self.workdir, f"delta-r{repeat}-{policy}") if policy == "occflow" else None
+        store = new_store(self.workdir, f"delta-{tag}-{policy}") if policy == "occflow" else None
         result = run_policy(policy, jobs, lambda job, group: self.run_job(table, job),
-                            settings(self.args, self.profile, f"bench.delta_r{repeat}_{policy}"), store)
+                            settings(self.args, self.profile, f"bench.delta_{tag}_{policy}"), store)
         committed = result.committed(jobs)
         # delta-rs's merge sets v = s.v (update all), so no sum; rows and one commit per job.
         result.table_check = check_table(
@@ -250,8 +256,11 @@ def settings(args: argparse.Namespace, profile: str, table: str) -> Settings:
                     retry_delay=args.retry_delay, seed=args.seed)
 
 
-def aggregate(variant: dict[str, Any], runs: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
-    """Median and spread over the repeats of one variant (``runs``: per repeat, policy -> summary)."""
+WORKLOADS = ("merge", "mixed")
+
+
+def aggregate(variant: dict[str, Any], workload: str, runs: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Median and spread over the repeats of one workload and variant (``runs``: per repeat, policy -> summary)."""
     policies = {}
     for policy in POLICIES:
         rows = [run[policy] for run in runs]
@@ -269,21 +278,24 @@ def aggregate(variant: dict[str, Any], runs: list[dict[str, dict[str, Any]]]) ->
             [run[name]["wall_seconds"] / run["occflow"]["wall_seconds"] for run in runs])
         for name in ("naive", "partition-lock")
     }
-    return {**variant, "policies": policies, "ratios": ratios}
+    return {"workload": workload, **variant, "policies": policies, "ratios": ratios}
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description="M concurrent MERGE/append jobs under naive, partition-lock and occflow")
     p.add_argument("--variant", choices=["iceberg", "delta", "both"], default="both")
+    p.add_argument("--workload", choices=[*WORKLOADS, "both"], default="both",
+                   help="merge: MERGE-only upserts; mixed: MERGEs and blind appends (--append-share)")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--jobs", type=int, default=12)
+    p.add_argument("--merge-jobs", type=int, default=10, help="jobs of the merge workload")
+    p.add_argument("--jobs", type=int, default=12, help="jobs of the mixed workload")
     p.add_argument("--slots", type=int, default=2)
     p.add_argument("--partitions", type=int, default=3)
-    p.add_argument("--append-share", type=float, default=0.4, help="share of the jobs that are blind appends")
-    p.add_argument("--rows", type=int, default=100000, help="rows each Iceberg job writes")
-    p.add_argument("--seed-rows", type=int, default=400000, help="rows per Iceberg partition before the jobs")
-    p.add_argument("--delta-rows", type=int, default=500000, help="rows each delta-rs job writes")
-    p.add_argument("--delta-seed-rows", type=int, default=2000000, help="rows per delta partition before the jobs")
+    p.add_argument("--append-share", type=float, default=0.4, help="share of the mixed jobs that are blind appends")
+    p.add_argument("--rows", type=int, default=ICEBERG_ROWS, help="rows each Iceberg job writes")
+    p.add_argument("--seed-rows", type=int, default=ICEBERG_SEED_ROWS, help="rows per Iceberg partition before the jobs")
+    p.add_argument("--delta-rows", type=int, default=DELTA_ROWS, help="rows each delta-rs job writes")
+    p.add_argument("--delta-seed-rows", type=int, default=DELTA_SEED_ROWS, help="rows per delta partition before the jobs")
     p.add_argument("--retries", type=int, default=3)
     p.add_argument("--retry-delay", type=float, default=2.0)
     p.add_argument("--seed", type=int, default=7)
@@ -292,33 +304,52 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def job_sets(args: argparse.Namespace, variants: list[Any], repeat: int) -> dict[str, dict[str, list[BenchJob]]]:
+    """workload -> variant -> its jobs in ``repeat``: drawn from seed ``--seed`` + ``repeat``, so
+    every policy of a repeat runs the same jobs and the repeats sample different draws (which
+    partitions collide depends on the draw as much as on timing)."""
+    workloads = WORKLOADS if args.workload == "both" else (args.workload,)
+    return {
+        w: {v.name: make_jobs(args.merge_jobs if w == "merge" else args.jobs, args.partitions, *rows_of(args, v.name),
+                              args.seed + repeat, 0.0 if w == "merge" else args.append_share)
+            for v in variants}
+        for w in workloads
+    }
+
+
 def run_all(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
-    """Every repeat of every variant and policy; returns one entry per repeat."""
+    """Every repeat of every workload, variant and policy; returns one entry per repeat."""
     variants: list[Any] = []
     if args.variant in ("iceberg", "both"):
         variants.append(IcebergVariant(args, workdir))
     if args.variant in ("delta", "both"):
         variants.append(DeltaVariant(args, workdir))
-    job_sets = {v.name: make_jobs(args.jobs, args.partitions, *rows_of(args, v.name), args.seed, args.append_share)
-                for v in variants}
     repeats = []
     try:
         for v in variants:
-            v.warm_up(job_sets[v.name])
+            v.warm_up(next(iter(job_sets(args, variants, 0).values()))[v.name])
         for r in range(args.repeats):
+            jobs = job_sets(args, variants, r)
             entry: dict[str, Any] = {"repeat": r, "order": policy_order(r), "loadavg_before": loadavg(),
-                                     "variants": {}}
-            for v in variants:
-                entry["variants"][v.name] = {}
-                for policy in policy_order(r):
-                    summary = v.run(policy, r, job_sets[v.name]).summary()
-                    entry["variants"][v.name][policy] = summary
-                    print(json.dumps({"repeat": r, "variant": v.name, **summary}), flush=True)
+                                     "seed": args.seed + r, "workloads": {}, "jobs": jsonable(jobs)}
+            for w, sets in jobs.items():
+                entry["workloads"][w] = {}
+                for v in variants:
+                    entry["workloads"][w][v.name] = {}
+                    for policy in policy_order(r):
+                        summary = v.run(policy, f"r{r}_{w}", sets[v.name]).summary()
+                        entry["workloads"][w][v.name][policy] = summary
+                        print(json.dumps({"repeat": r, "workload": w, "variant": v.name,
+                                          **{k: x for k, x in summary.items() if k != "attempt_log"}}), flush=True)
             repeats.append(entry)
     finally:
         for v in variants:
             v.close()
-    return [{"descriptions": [v.describe() for v in variants], "jobs": job_sets}, *repeats]
+    return [{"descriptions": [v.describe() for v in variants], "workloads": list(job_sets(args, variants, 0))}, *repeats]
+
+
+def jsonable(jobs: dict[str, dict[str, list[BenchJob]]]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    return {w: {name: [vars(j) for j in js] for name, js in sets.items()} for w, sets in jobs.items()}
 
 
 def rows_of(args: argparse.Namespace, variant: str) -> tuple[int, int]:
@@ -341,9 +372,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
-    summary = [aggregate(d, [rep["variants"][d["variant"]] for rep in repeats]) for d in head["descriptions"]]
+    summary = [aggregate(d, w, [rep["workloads"][w][d["variant"]] for rep in repeats])
+               for w in head["workloads"] for d in head["descriptions"]]
     report = {
-        "benchmark": "concurrent MERGE and append jobs: naive vs partition-lock vs occflow, same jobs, same run",
+        "benchmark": "concurrent MERGE (and append) jobs: naive vs partition-lock vs occflow, same jobs, same run",
         "command": " ".join(["python bench/real_bench.py", *(argv if argv is not None else sys.argv[1:])]),
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "workdir"},
         "machine": machine(),
@@ -353,7 +385,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "total_seconds": round(time.time() - started, 1),
         "summary": summary,
         "repeats": repeats,
-        "jobs": {name: [vars(j) for j in jobs] for name, jobs in head["jobs"].items()},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")

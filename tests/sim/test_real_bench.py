@@ -102,38 +102,58 @@ def test_real_bench_runs_three_policies_on_real_delta_rs_and_the_tables_hold_eve
     import deltalake
 
     out = tmp_path / "real.json"
-    report = bench.main(["--variant", "delta", "--repeats", "2", "--jobs", "8", "--partitions", "2",
+    report = bench.main(["--variant", "delta", "--repeats", "2", "--jobs", "8", "--merge-jobs", "5", "--partitions", "2",
                          "--delta-rows", "3000", "--delta-seed-rows", "6000", "--retry-delay", "0.2",
                          "--workdir", str(tmp_path / "w"), "--out", str(out)])
     assert json.loads(out.read_text()) == report
     assert report["machine"]["cores"] and len(report["loadavg_before"]) == len(report["loadavg_after"]) == 3
-    jobs = {j["index"]: j for j in report["jobs"]["delta"]}
-    assert {j["kind"] for j in jobs.values()} == {"merge", "append"}
     assert [r["order"][0] for r in report["repeats"]] == ["naive", "partition-lock"]
+    assert [r["seed"] for r in report["repeats"]] == [7, 8]  # each repeat its own draw
     for rep in report["repeats"]:
-        for policy, row in rep["variants"]["delta"].items():
-            assert row["jobs_committed"] == 8 and "MISMATCH" not in row["table_check"]
+        assert set(rep["jobs"]) == {"merge", "mixed"}  # both workloads by default
+        assert {j["kind"] for j in rep["jobs"]["merge"]["delta"]} == {"merge"}
+    for rep, workload in ((rep, w) for rep in report["repeats"] for w in ("merge", "mixed")):
+        jobs = {j["index"]: j for j in rep["jobs"][workload]["delta"]}
+        for policy, row in rep["workloads"][workload]["delta"].items():
+            assert row["jobs_committed"] == len(jobs) and "MISMATCH" not in row["table_check"]
             # Every committed job has exactly one committed attempt; every other attempt lost.
             assert row["attempts"] == row["jobs_committed"] + row["failed_attempts"] == len(row["attempt_log"])
             # Read the table back: every seeded, merged and appended key once, nothing else.
-            table = deltalake.DeltaTable(str(tmp_path / "w" / f"delta-r{rep['repeat']}-{policy}"))
+            table = deltalake.DeltaTable(str(tmp_path / "w" / f"delta-r{rep['repeat']}_{workload}-{policy}"))
             data = table.to_pyarrow_table().to_pylist()
             keys = {(p, i) for p in ("p0", "p1") for i in range(6000)}
             for j in jobs.values():
                 keys |= {(j["partition"], i) for i in range(j["first_id"], j["first_id"] + j["rows"])}
             assert sorted((r["part"], r["id"]) for r in data) == sorted(keys)
-            assert table.version() == 8  # one commit per job
+            assert table.version() == len(jobs)  # one commit per job
             log = row["attempt_log"]
             if policy == "partition-lock":  # never two jobs on one partition at once
                 assert overlapping(log, jobs, lambda a, b: True) == []
             if policy == "occflow":  # never a merge beside another job of its partition
                 assert overlapping(log, jobs, lambda a, b: "merge" in (a["kind"], b["kind"])) == []
-    (summary,) = report["summary"]
-    assert set(summary["policies"]) == {"naive", "partition-lock", "occflow"}
-    for figures in summary["policies"].values():
-        wall = figures["wall_seconds"]
-        assert wall["min"] <= wall["median"] <= wall["max"] and len(wall["runs"]) == 2
-        assert figures["table_checks_ok"] is True
-    ratio = summary["ratios"]["naive_over_occflow_wall"]
-    naive, occ = summary["policies"]["naive"]["wall_seconds"]["runs"], summary["policies"]["occflow"]["wall_seconds"]["runs"]
-    assert ratio["runs"] == [round(n / o, 3) for n, o in zip(naive, occ, strict=True)]
+    assert [(s["workload"], s["variant"]) for s in report["summary"]] == [("merge", "delta"), ("mixed", "delta")]
+    for summary in report["summary"]:
+        assert set(summary["policies"]) == {"naive", "partition-lock", "occflow"}
+        runs = [rep["workloads"][summary["workload"]]["delta"] for rep in report["repeats"]]
+        for policy, figures in summary["policies"].items():
+            wall = figures["wall_seconds"]
+            assert wall["min"] <= wall["median"] <= wall["max"] and len(wall["runs"]) == 2
+            assert wall["runs"] == [run[policy]["wall_seconds"] for run in runs]
+            assert figures["table_checks_ok"] is True
+        ratio = summary["ratios"]["naive_over_occflow_wall"]
+        naive = summary["policies"]["naive"]["wall_seconds"]["runs"]
+        occ = summary["policies"]["occflow"]["wall_seconds"]["runs"]
+        assert ratio["runs"] == [round(n / o, 3) for n, o in zip(naive, occ, strict=True)]
+
+
+def test_merge_workload_is_merges_only_and_mixed_has_appends_same_seeded_draw(bench: ModuleType) -> None:
+    args = bench.parser().parse_args(["--merge-jobs", "11", "--jobs", "12", "--partitions", "3"])
+    sets = bench.job_sets(args, [bench.DeltaVariant(args, Path("/nonexistent"))], 0)
+    merge, mixed = sets["merge"]["delta"], sets["mixed"]["delta"]
+    assert len(merge) == 11 and {j.kind for j in merge} == {"merge"}
+    assert len(mixed) == 12 and {j.kind for j in mixed} == {"merge", "append"}
+    assert {j.partition for j in merge} <= {"p0", "p1", "p2"}
+    assert sets == bench.job_sets(args, [bench.DeltaVariant(args, Path("/nonexistent"))], 0)  # seeded
+    assert sets != bench.job_sets(args, [bench.DeltaVariant(args, Path("/nonexistent"))], 1)  # per repeat
+    only = bench.job_sets(bench.parser().parse_args(["--workload", "merge"]), [bench.DeltaVariant(args, Path("/x"))], 0)
+    assert set(only) == {"merge"}
