@@ -5,17 +5,19 @@
 Starts a throwaway Airflow (its own AIRFLOW_HOME, SQLite metadata DB, LocalExecutor) as the
 real services: scheduler, dag-processor, api-server (the task execution API) and triggerer
 (deferred admission and sensors). The DAG folder is ``dags_example/``. Each example DAG is
-triggered and runs with its tasks in parallel; then the script prints, per task, the attempts,
-the conflicts met, what the policy did, the seconds wasted in lost attempts, and each DAG's
-final row count against the serial expectation. Exit status 0 only if every DAG run succeeded
-and every verification task passed.
+triggered at once (the DAGs run side by side, their tasks in parallel); while they run, the
+script prints a progress line whenever a task starts, defers (waits for a lease), is
+rescheduled or retried, commits (with the attempts it lost) or fails. At the end it prints, per
+task, the attempts, the conflicts met, what the policy did, the seconds wasted in lost attempts,
+and each DAG's final row count against the serial expectation. The Airflow home (services'
+logs, task logs, the tables, the lease store) is kept and its path printed. Exit status 0 only
+if every DAG run succeeded and every verification task passed.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -126,23 +128,98 @@ def wait_for_dags(airflow: Airflow, dag_ids: list[str], timeout: float) -> None:
     raise TimeoutError(f"the dag-processor did not parse {sorted(set(dag_ids) - found)} in {timeout}s")
 
 
-def run_dag(airflow: Airflow, dag_id: str, timeout: float) -> tuple[str, str, float]:
+def trigger(dag_id: str) -> str:
+    """Unpauses and triggers one DAG run in this process (the CLI costs seconds of imports per call)."""
+    from airflow.api.common.trigger_dag import trigger_dag
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+    from airflow.utils.types import DagRunTriggeredByType
+    from sqlalchemy import update
+
+    run_id = f"occflow_examples__{time.strftime('%Y%m%dT%H%M%S')}"
+    with create_session() as session:
+        session.execute(update(DagModel).where(DagModel.dag_id == dag_id).values(is_paused=False))
+    trigger_dag(dag_id, run_id=run_id, triggered_by=DagRunTriggeredByType.CLI)
+    return run_id
+
+
+#: What a task instance's state means in a progress line.
+STATE_WORDS = {
+    "queued": "queued",
+    "running": "started",
+    "deferred": "deferred (waits for a lease or a commit; its worker slot is free)",
+    "up_for_reschedule": "rescheduled (goes back through admission)",
+    "up_for_retry": "failed this try; Airflow retries it",
+    "failed": "FAILED",
+    "upstream_failed": "not run (upstream failed)",
+    "skipped": "skipped",
+}
+
+
+def progress_line(value: Any) -> str:
+    """The end of one task's story from its write report: committed, after which lost attempts."""
+    if not isinstance(value, dict):
+        return "done"
+    if "decisions" not in value:
+        return "done" + (f": {value['rows']} rows" if "rows" in value else "")
+    lost = [d["kind"] for d in value.get("decisions", [])]
+    verb = "committed" if value.get("committed") else "ended without a commit"
+    tail = f" after losing {len(lost)} ({', '.join(lost)})" if lost else ""
+    return f"{verb} on attempt {value['attempts']}{tail}, {value.get('wasted_seconds', 0.0):.1f}s wasted"
+
+
+def watch(airflow: Airflow, runs: dict[str, str], timeout: float, poll: float = 1.0) -> dict[str, tuple[str, float]]:
+    """Follows the DAG runs until each ends, printing a line per task state change.
+
+    Returns per DAG its final state and its run time in seconds."""
     from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
-    airflow.cli("dags", "unpause", dag_id)
-    run_id = f"occflow_examples__{time.strftime('%Y%m%dT%H%M%S')}"
-    airflow.cli("dags", "trigger", dag_id, "--run-id", run_id)
     started = time.monotonic()
-    while time.monotonic() - started < timeout:
+    seen: dict[tuple[str, str, int], tuple[str, int]] = {}
+    ended: dict[str, tuple[str, float]] = {}
+    while len(ended) < len(runs):
         airflow.check_alive()
+        now = time.monotonic() - started
         with create_session() as session:
-            state = session.scalar(select(DagRun.state).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
-        if state in ("success", "failed"):
-            return run_id, str(state), time.monotonic() - started
-        time.sleep(3)
-    return run_id, "timed out", time.monotonic() - started
+            for dag_id, run_id in runs.items():
+                if dag_id in ended:
+                    continue
+                tis = session.scalars(
+                    select(TaskInstance).where(TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id)
+                ).all()
+                for ti in sorted(tis, key=lambda t: (t.task_id, t.map_index)):
+                    state = str(getattr(ti.state, "value", ti.state))
+                    key = (dag_id, ti.task_id, ti.map_index)
+                    if state in ("None", "scheduled") or seen.get(key) == (state, ti.try_number):
+                        continue
+                    seen[key] = (state, ti.try_number)
+                    if state == "success":
+                        xcom = session.scalars(
+                            select(XComModel).where(
+                                XComModel.dag_id == dag_id, XComModel.run_id == run_id,
+                                XComModel.task_id == ti.task_id, XComModel.map_index == ti.map_index,
+                                XComModel.key == "return_value",
+                            )
+                        ).first()
+                        word = progress_line(None if xcom is None else XComModel.deserialize_value(xcom))
+                    else:
+                        word = STATE_WORDS.get(state, state)
+                    task = ti.task_id + ("" if ti.map_index < 0 else f"[{ti.map_index}]")
+                    print(f"  {now:6.1f}s  {dag_id}  {task} (try {ti.try_number}): {word}", flush=True)
+                state = session.scalar(select(DagRun.state).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
+                if str(state) in ("success", "failed"):
+                    ended[dag_id] = (str(state), now)
+                    print(f"  {now:6.1f}s  {dag_id}: run {state}", flush=True)
+        if now > timeout:
+            for dag_id in runs:
+                ended.setdefault(dag_id, ("timed out", now))
+            break
+        time.sleep(poll)
+    return ended
 
 
 def task_results(dag_id: str, run_id: str) -> list[dict[str, Any]]:
@@ -214,9 +291,9 @@ def describe(dag_id: str, state: str, seconds: float, rows: list[dict[str, Any]]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dags", default=",".join(EXAMPLES), help="comma-separated example DAG ids")
-    parser.add_argument("--home", help="AIRFLOW_HOME to use (default: a new temp dir, removed after)")
+    parser.add_argument("--home", help="AIRFLOW_HOME to use (default: a new temp dir, kept)")
     parser.add_argument("--parallelism", type=int, default=4, help="LocalExecutor slots (default 4)")
-    parser.add_argument("--timeout", type=float, default=1200, help="seconds per DAG run")
+    parser.add_argument("--timeout", type=float, default=1200, help="seconds for all DAG runs")
     args = parser.parse_args(argv)
     dag_ids = [d.strip() for d in args.dags.split(",") if d.strip()]
     unknown = sorted(set(dag_ids) - set(EXAMPLES))
@@ -228,27 +305,31 @@ def main(argv: list[str] | None = None) -> int:
     env = airflow_env(home, args.parallelism)
     os.environ.update(env)  # before airflow is imported: this process reads the same DB
     airflow = Airflow(home, env)
+    began = time.monotonic()
     print(f"occflow examples: Airflow home {home}, LocalExecutor with {args.parallelism} slots")
+    print("starting Airflow (db migrate, scheduler, dag-processor, api-server, triggerer) ...", flush=True)
     ok = True
     try:
         airflow.start()
         from airflow import settings
 
         settings.configure_orm()
+        print(f"Airflow is up ({time.monotonic() - began:.0f}s); waiting for the dag-processor to parse the DAGs ...",
+              flush=True)
         wait_for_dags(airflow, dag_ids, timeout=300)
-        for dag_id in dag_ids:
-            print(f"running {dag_id} ...", flush=True)
-            run_id, state, seconds = run_dag(airflow, dag_id, args.timeout)
+        print(f"triggering {', '.join(dag_ids)}; progress (seconds since the trigger):", flush=True)
+        runs = {dag_id: trigger(dag_id) for dag_id in dag_ids}
+        ended = watch(airflow, runs, args.timeout)
+        for dag_id, run_id in runs.items():
+            state, seconds = ended[dag_id]
             text, good = describe(dag_id, state, seconds, task_results(dag_id, run_id))
             print(text, flush=True)
             ok = ok and good
     finally:
         airflow.stop()
-        if not args.home and ok:
-            shutil.rmtree(home, ignore_errors=True)
-        elif not ok:
-            print(f"\nlogs kept in {home} (services: *.log, tasks: logs/)")
-    print("\nall example DAGs ended with correct data" if ok else "\nsome example DAG did not end correctly")
+        print(f"\nlogs kept in {home} (services: *.log, tasks: logs/, tables: occflow/, leases: occflow_leases.db)")
+    verdict = "all example DAGs ended with correct data" if ok else "some example DAG did not end correctly"
+    print(f"\n{verdict} ({time.monotonic() - began:.0f}s in all)")
     return 0 if ok else 1
 
 
