@@ -55,6 +55,10 @@ ICEBERG_SPARK_COW_SCAN = (
 ODPS_0110061 = "MaxCompute error code doc ODPS-0110061 (alibabacloud.com/help/en/maxcompute/user-guide/odps-0110061)"
 ODPS_0121096 = "MaxCompute error code doc ODPS-0121096 (help.aliyun.com/en/maxcompute/user-guide/odps-0121096)"
 PYODPS_TUNNEL = "aliyun/aliyun-odps-python-sdk odps/tunnel/errors.py MetaTransactionFailed (retried by tabletunnel.py)"
+ODPS_SQL_ERRORS = (
+    "MaxCompute SQL error codes (ODPS-01CCCCX) page (alibabacloud.com/help/en/maxcompute/user-guide/sql-errors): "
+    "metadata contention when jobs write one partition concurrently"
+)
 
 # Delta's conflict exceptions: the same simple names in the Java packages and the Python modules.
 _DELTA_CLASSES: tuple[tuple[str, ConflictKind], ...] = (
@@ -244,6 +248,24 @@ _MAXCOMPUTE_TEMPLATES: tuple[tuple[ConflictKind, str, str], ...] = (
         ODPS_0110061,
     ),
     (K.METADATA_LOCK_CONFLICT, r"ODPS-0121096\s*:\s*MetaStore transaction conflict", ODPS_0121096),
+    # The SQL error codes page gives these three a metadata race between concurrent jobs on one
+    # partition as their cause ("MaxCompute has no locking mechanism"). The same codes with any
+    # other text (a permission, a package, schema evolution) are not conflicts.
+    (
+        K.METADATA_LOCK_CONFLICT,
+        r"ODPS-0110041\s*:\s*Invalid meta operation - AlreadyExistsException\(message:Partition already exists",
+        ODPS_SQL_ERRORS,
+    ),
+    (
+        K.METADATA_LOCK_CONFLICT,
+        r"ODPS-0110061\s*:\s*Failed to run ddltask - AlreadyExistsException\(message:Partition already exists",
+        ODPS_SQL_ERRORS,
+    ),
+    (
+        K.METADATA_LOCK_CONFLICT,
+        r"ODPS-0110061\s*:\s*Failed to run ddltask - SimpleLock conflict failure, add partition is already on-going",
+        ODPS_SQL_ERRORS,
+    ),
 )
 
 

@@ -1,0 +1,149 @@
+"""One attempt of a MaxCompute SQL write: submit (or reconnect), wait, and say what happened.
+
+- **Tagged.** The instance's settings carry the write's commit tag (``maxcompute_hints``), so the
+  ledger can tell later whether the write landed.
+- **One instance per attempt, whatever the retries.** Before submitting, the write looks for a
+  still-running instance carrying its write id (a try that died while its job ran) and waits on
+  it instead of submitting again. The submission's ``unique_identifier_id`` is the write id and
+  the number of its instances that already failed, so a resubmission of the same attempt is the
+  same instance to MaxCompute as well.
+- **Versions.** A committed outcome carries the instance id, the ID version and the time version
+  where the service reports them (a compaction or clustering has no time version: spec 001), and
+  whether MaxCompute rebased the commit itself (meta-level retry: not an occflow attempt).
+- **Residue.** A failed INSERT INTO on a standard table may leave its rows behind (spec 000):
+  ``ResidueError`` names the instance and partitions instead of a failed outcome a retry would
+  repeat.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...core.classify import classify
+from ...core.operations import Operation
+from ..outcome import ErrorInfo, WriteOutcome
+from ..tags import CommitTag
+from .errors import ResidueError
+from .jobs import ProjectJobs, TaggedInstance
+from .ledger import maxcompute_hints
+
+ENGINE = "maxcompute"
+
+
+@dataclass
+class MaxComputeWrite:
+    """One SQL write on one table through a PyODPS client (``odps.ODPS`` or the stand-in)."""
+
+    client: Any
+    table: str
+    sql: str
+    operation: Operation
+    partitions: tuple[str, ...] | None = None
+    tag: CommitTag | None = None
+    hints: Mapping[str, str] = field(default_factory=dict)
+    leaves_residue: bool = False  # the profile says a failed INTO may leave its rows (spec 000)
+    poll_interval: float = 1.0
+
+    def find_running(self) -> TaggedInstance | None:
+        """A still-running instance of this write (the one a dead try left), if any."""
+        if self.tag is None:
+            return None
+        return next((t for t in ProjectJobs(self.client).of_write(self.table, self.tag.write_id) if t.running), None)
+
+    def submit(self) -> Any:
+        hints = {**{str(k): str(v) for k, v in self.hints.items()}}
+        unique = None
+        if self.tag is not None:
+            hints.update(maxcompute_hints(self.tag))
+            failed = [t for t in ProjectJobs(self.client).of_write(self.table, self.tag.write_id) if not t.running]
+            unique = f"occflow-{self.tag.write_id}-{len(failed)}"
+        return self.client.run_sql(self.sql, hints=hints, unique_identifier_id=unique)
+
+    def run(
+        self,
+        before_submit: Callable[[], None] = lambda: None,
+        on_instance: Callable[[Any, bool], None] = lambda instance, reconnected: None,
+    ) -> WriteOutcome:
+        """Reconnect or submit, wait, and return the outcome (``ResidueError`` for a failed INTO
+        that may have left rows behind on a standard table)."""
+        started = time.monotonic()
+        running = self.find_running()
+        if running is not None:
+            instance, reconnected = running.instance, True
+        else:
+            before_submit()  # the last check before the job can commit: MaxCompute commits at its end
+            instance, reconnected = self.submit(), False
+        on_instance(instance, reconnected)
+        error = self._wait(instance)
+        seconds = time.monotonic() - started
+        info = _commit_info(instance)
+        tag = {"instance_id": str(instance.id), "logview": _logview(instance)}
+        if reconnected:
+            tag["reconnected"] = "true"
+        if error is None:
+            return self._committed(info, tag, seconds)
+        found = classify(error)
+        if self.leaves_residue and self.operation is Operation.INSERT_INTO and found.is_conflict:
+            residue = _residue(instance, info)
+            if residue is not None:
+                raise ResidueError(str(instance.id), self.table, self.partitions or (), residue, str(error)) from error
+            tag["residue"] = "none: the service reports that the failed job committed nothing"
+        return WriteOutcome(
+            engine=ENGINE, table=self.table, operation=self.operation, committed=False, seconds=seconds,
+            error=ErrorInfo.from_exception(error), classification=found, tag=tag,
+        )
+
+    def _wait(self, instance: Any) -> BaseException | None:
+        """Wait for the instance; the error PyODPS raises for a failed one, ``None`` on success."""
+        try:
+            instance.wait_for_success(interval=self.poll_interval)
+        except Exception as exc:  # noqa: BLE001 - the instance's failure, classified by the caller
+            if _settled_successfully(instance):  # a failed poll, not a failed job: MaxCompute settled it
+                return None
+            return exc
+        return None
+
+    def _committed(self, info: Mapping[str, Any], tag: dict[str, str], seconds: float) -> WriteOutcome:
+        if info.get("time_version") is not None:
+            tag["time_version"] = repr(info["time_version"])
+        if "data_change" in info:
+            tag["data_change"] = str(bool(info["data_change"])).lower()
+        if info.get("rebased"):
+            # MaxCompute retried the commit at the metadata level itself: one occflow attempt.
+            tag["meta_level_retry"] = "true"
+        version = info.get("id_version")
+        return WriteOutcome(engine=ENGINE, table=self.table, operation=self.operation, committed=True,
+                            seconds=seconds, version=None if version is None else int(version), tag=tag)
+
+
+def _settled_successfully(instance: Any) -> bool:
+    try:
+        return bool(instance.is_terminated()) and bool(instance.is_successful())
+    except Exception:  # noqa: BLE001 - the service cannot say: the failure stands
+        return False
+
+
+def _commit_info(instance: Any) -> Mapping[str, Any]:
+    """What the service reports about the commit (ID / time version, rebased); PyODPS's
+    ``Instance`` reports none of it, the stand-in does (``commit_info()``)."""
+    report = getattr(instance, "commit_info", None)
+    return report() if callable(report) else {}
+
+
+def _logview(instance: Any) -> str:
+    try:
+        return str(instance.get_logview_address())
+    except Exception:  # noqa: BLE001 - a log link is information, never worth failing the write
+        return ""
+
+
+def _residue(instance: Any, info: Mapping[str, Any]) -> str | None:
+    """What a failed INTO left behind, as far as the service says; ``None``: verified nothing."""
+    if info.get("id_version") is not None:
+        return f"its rows are in the table: the service committed them as ID version {info['id_version']}"
+    if callable(getattr(instance, "commit_info", None)):
+        return None
+    return "MaxCompute does not report whether the rows were cleaned up (spec 000: they may remain)"
