@@ -33,6 +33,8 @@ EXAMPLES = {
     "occflow_iceberg_backfill": "a concurrent backfill of one partitioned Iceberg table by mapped tasks",
     "occflow_delta_merge_vs_compaction": "MERGE upserts racing a compaction (delta-rs)",
     "occflow_delta_schema_change": "a schema change during appends (delta-rs)",
+    "occflow_maxcompute_transactional": "concurrent writes on a MaxCompute Delta table and a standard table "
+    "(stand-in project unless a MaxCompute connection is configured)",
 }
 SERVICES = ("scheduler", "dag-processor", "api-server", "triggerer")
 
