@@ -1,0 +1,407 @@
+"""What the "Table writes" view shows, read from the lease store and Airflow's metadata DB.
+
+Three sources, all read-only:
+
+- the lease store's live leases and waiting queue (``LeaseStore.leases`` / ``waiting``): who holds
+  or waits for which footprint of which table, now;
+- the store's recorded history (``occflow_lease_events``, on when ``OCCFLOW_LEASE_HISTORY=1``):
+  when each lease was asked for, granted and let go, so how long a write waited and held it;
+- the write reports the occflow operators return (XCom ``return_value``, ``OccflowWriteOperator
+  .report``): attempts, conflicts with their kind and winning commit, wasted seconds, the commit.
+
+A report carries its lease's fencing token, and a grant event carries the same token for the
+same table: that pair ties a write to its lease. Rows of DAGs the user may not read are left
+out by the caller's ``readable`` predicate.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow.models.taskinstance import TaskInstance as TI
+from airflow.models.xcom import XComModel
+from sqlalchemy import and_, or_, select
+
+from ..core.identifiers import canonical_table
+from ..leases import LeaseStore, LeaseStoreError
+
+#: The keys every occflow write report has (``OccflowWriteOperator.report``): how an XCom value
+#: is told to be one, whatever operator subclass pushed it.
+REPORT_KEYS = frozenset({"table", "operation", "attempts", "conflicts", "decisions", "wasted_seconds"})
+#: occflow's write operators by class name (``TaskInstance.operator``): their task instances are
+#: shown even when they pushed no report (skipped, failed, waiting for admission).
+WRITE_OPERATORS = ("DeltaWriteOperator", "SparkWriteOperator", "SparkSubmitWriteOperator")
+MAX_LIMIT = 1000
+
+Readable = Callable[[str], bool]
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What the user asked to see; ``None`` = everything readable."""
+
+    dag_id: str | None = None
+    table: str | None = None
+    limit: int = 200
+    run_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.limit, int) or not 1 <= self.limit <= MAX_LIMIT:
+            raise ValueError(f"limit must be a whole number from 1 to {MAX_LIMIT}, got {self.limit!r}")
+
+    @property
+    def table_key(self) -> str | None:
+        return None if not self.table else canonical_table(self.table)
+
+    def wants_dag(self, dag_id: str) -> bool:
+        return not self.dag_id or dag_id == self.dag_id
+
+    def wants_table(self, table: str) -> bool:
+        return self.table_key is None or _same_table(table, self.table_key)
+
+
+def _same_table(a: str, b: str) -> bool:
+    """One table in two spellings: the store keeps the canonical key, a report the declared name
+    (which may lack the catalog the key carries)."""
+    a, b = canonical_table(a), canonical_table(b)
+    return a == b or a.endswith("." + b) or b.endswith("." + a)
+
+
+def _iso(epoch: float | None) -> str | None:
+    return None if epoch is None else datetime.fromtimestamp(epoch, timezone.utc).isoformat()
+
+
+def _epoch(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    return float(value.timestamp())
+
+
+def _keys(text: str | None) -> list[str] | None:
+    return None if text is None else sorted(json.loads(text))
+
+
+def _task_of(holder_task_id: str) -> tuple[str, int]:
+    """``task[3]`` (how a holder names a mapped task instance) -> ``("task", 3)``."""
+    if holder_task_id.endswith("]") and "[" in holder_task_id:
+        task, _, index = holder_task_id[:-1].rpartition("[")
+        if index.isdigit():
+            return task, int(index)
+    return holder_task_id, -1
+
+
+# ----------------------------------------------------------------- the lease store, now
+
+
+def _holder(holder: Any) -> dict[str, Any]:
+    task_id, map_index = _task_of(holder.task_id)
+    return {
+        "dag_id": holder.dag_id or None,
+        "task_id": task_id or None,
+        "map_index": map_index,
+        "run_id": holder.run_id or None,
+        "try_number": holder.try_number,
+        "host": holder.host,
+        "pid": holder.pid,
+    }
+
+
+def _visible(holder: Mapping[str, Any], readable: Readable, filters: Filters) -> bool:
+    dag_id = holder["dag_id"]
+    if filters.run_id and holder["run_id"] != filters.run_id:
+        return False
+    if dag_id is None:  # a lease taken outside Airflow (a script): no DAG to filter on
+        return not filters.dag_id
+    return filters.wants_dag(dag_id) and readable(dag_id)
+
+
+def live_tables(store: LeaseStore, readable: Readable, filters: Filters) -> list[dict[str, Any]]:
+    """Per table: the live leases and the waiting queue in serving order."""
+    tables: dict[str, dict[str, Any]] = {}
+
+    def entry(table: str) -> dict[str, Any]:
+        return tables.setdefault(table, {"table": table, "leases": [], "waiting": []})
+
+    for lease in store.leases(filters.table_key):
+        holder = _holder(lease.holder)
+        if not _visible(holder, readable, filters):
+            continue
+        entry(lease.table)["leases"].append(
+            {
+                "lease_id": lease.lease_id,
+                "operation": lease.operation.value,
+                "profile": lease.profile,
+                "partitions": None if lease.partitions is None else sorted(lease.partitions),
+                "fence": lease.fence,
+                "acquired": lease.acquired.isoformat(),
+                "expires": lease.expires.isoformat(),
+                "holder": holder,
+            }
+        )
+    for place, waiting in enumerate(store.waiting(filters.table_key), start=1):
+        holder = _holder(waiting["holder"])
+        if not _visible(holder, readable, filters):
+            continue
+        entry(waiting["table"])["waiting"].append(
+            {
+                "place": place,
+                "request_id": waiting["request_id"],
+                "operation": waiting["operation"],
+                "profile": waiting["profile"],
+                "partitions": None if waiting["partitions"] is None else sorted(waiting["partitions"]),
+                "enqueued": waiting["enqueued"].isoformat(),
+                "holder": holder,
+            }
+        )
+    return [tables[t] for t in sorted(tables)]
+
+
+# ----------------------------------------------------------------- the lease store's history
+
+
+def lease_spans(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One span per lease from the recorded events: when its request queued, when it was granted
+    and how it ended (``release`` / ``expire`` / ``takeover``, ``None`` while live)."""
+    enqueued: dict[str, float] = {}
+    spans: dict[str, dict[str, Any]] = {}
+    for e in sorted(events, key=lambda ev: ev["seq"]):
+        kind, request_id, lease_id = e["kind"], e["request_id"], e["lease_id"]
+        if kind == "enqueue" and request_id:
+            enqueued.setdefault(request_id, e["at"])
+        elif kind == "grant" and lease_id:
+            asked = enqueued.get(request_id, e["at"])
+            spans[lease_id] = {
+                "lease_id": lease_id,
+                "request_id": request_id,
+                "table": e["table_name"],
+                "operation": e["operation"],
+                "profile": e["profile"],
+                "partitions": _keys(e["partitions"]),
+                "fence": e["fence"],
+                "asked_at": asked,
+                "granted_at": e["at"],
+                "waited_seconds": round(e["at"] - asked, 3),
+                "ended_at": None,
+                "ended_by": None,
+                "held_seconds": None,
+            }
+        elif kind in ("release", "expire", "takeover") and lease_id in spans and spans[lease_id]["ended_by"] is None:
+            span = spans[lease_id]
+            span.update(ended_at=e["at"], ended_by=kind, held_seconds=round(e["at"] - span["granted_at"], 3))
+    return list(spans.values())
+
+
+def _span_view(span: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        **span,
+        "asked_at": _iso(span["asked_at"]),
+        "granted_at": _iso(span["granted_at"]),
+        "ended_at": _iso(span["ended_at"]),
+    }
+
+
+# ----------------------------------------------------------------- Airflow: reports and tries
+
+
+def is_report(value: Any) -> bool:
+    return isinstance(value, Mapping) and set(value) >= REPORT_KEYS
+
+
+def _winner(conflict: Mapping[str, Any]) -> str | None:
+    """The winning commit in a few words: ``v3 OPTIMIZE`` / ``snapshot 123 append``."""
+    won = conflict.get("winning_commit")
+    if not isinstance(won, Mapping) or not won:
+        return None
+    version = won.get("version")
+    snapshot = won.get("snapshot_id")
+    what = won.get("operation") or won.get("kind") or ""
+    where = f"v{version}" if version is not None else (f"snapshot {snapshot}" if snapshot is not None else "")
+    text = " ".join(p for p in (where, str(what)) if p)
+    return text or json.dumps(dict(won), default=str)[:120]
+
+
+def _attempts(report: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The lost attempts: each conflict with its kind, winner and seconds, and what the policy did."""
+    decided = {d.get("attempt"): d for d in report.get("decisions") or []}
+    rows = []
+    seen = set()
+    for c in report.get("conflicts") or []:
+        decision = decided.get(c.get("attempt"), {})
+        seen.add(c.get("attempt"))
+        rows.append(
+            {
+                "attempt": c.get("attempt"),
+                "kind": c.get("kind"),
+                "winner": _winner(c),
+                "winning_commit": c.get("winning_commit"),
+                "seconds": c.get("seconds"),
+                "action": decision.get("action"),
+                "reason": c.get("reason"),
+            }
+        )
+    for d in report.get("decisions") or []:  # lost attempts that were not conflicts
+        if d.get("attempt") not in seen:
+            rows.append({"attempt": d.get("attempt"), "kind": d.get("kind"), "winner": None,
+                         "winning_commit": None, "seconds": None, "action": d.get("action"),
+                         "reason": d.get("reason")})
+    for loss in report.get("lease_lost") or []:
+        rows.append({"attempt": loss.get("attempt"), "kind": "lease_lost", "winner": None, "winning_commit": None,
+                     "seconds": None, "action": "reschedule", "reason": loss.get("reason")})
+    return sorted(rows, key=lambda r: (r["attempt"] is None, r["attempt"] or 0))
+
+
+def _write_row(ti: Any, report: Mapping[str, Any] | None) -> dict[str, Any]:
+    state = getattr(ti.state, "value", ti.state)
+    row: dict[str, Any] = {
+        "kind": "write",
+        "dag_id": ti.dag_id,
+        "run_id": ti.run_id,
+        "task_id": ti.task_id,
+        "map_index": ti.map_index,
+        "try_number": ti.try_number,
+        "state": None if state is None else str(state),
+        "operator": ti.operator,
+        "started_at": None if ti.start_date is None else ti.start_date.isoformat(),
+        "ended_at": None if ti.end_date is None else ti.end_date.isoformat(),
+        "at": _epoch(ti.end_date or ti.start_date),
+        "report": report is not None,
+        "lease": None,
+    }
+    if report is None:
+        row.update(table=None, operation=None, partitions=None, committed=None, version=None, snapshot_id=None,
+                   attempts=None, conflicts=[], wasted_seconds=None, fence=None, engine=None, rows=None)
+        return row
+    row.update(
+        table=report["table"],
+        operation=report["operation"],
+        partitions=report.get("partitions"),
+        committed=report.get("committed"),
+        version=report.get("version"),
+        snapshot_id=report.get("snapshot_id"),
+        attempts=report["attempts"],
+        conflicts=_attempts(report),
+        wasted_seconds=report["wasted_seconds"],
+        fence=report.get("fence"),
+        engine=report.get("engine"),
+        rows=report.get("rows"),
+    )
+    return row
+
+
+def airflow_writes(session: Any, readable: Readable, filters: Filters, task: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The write task instances, newest first: every task instance that returned a write report,
+    and those of occflow's write operators that did not (yet): skipped, failed, deferred."""
+    query = (
+        select(TI, XComModel.value)
+        .outerjoin(
+            XComModel,
+            and_(
+                XComModel.dag_id == TI.dag_id,
+                XComModel.run_id == TI.run_id,
+                XComModel.task_id == TI.task_id,
+                XComModel.map_index == TI.map_index,
+                XComModel.key == "return_value",
+            ),
+        )
+        .where(or_(XComModel.key.is_not(None), TI.operator.in_(WRITE_OPERATORS)))
+        .order_by(TI.start_date.desc().nulls_last(), TI.task_id, TI.map_index)
+        .limit(MAX_LIMIT * 4)
+    )
+    if filters.dag_id:
+        query = query.where(TI.dag_id == filters.dag_id)
+    if filters.run_id:
+        query = query.where(TI.run_id == filters.run_id)
+    if task is not None:
+        query = query.where(TI.dag_id == task["dag_id"], TI.run_id == task["run_id"], TI.task_id == task["task_id"],
+                            TI.map_index == task["map_index"])
+    rows = []
+    for ti, stored in session.execute(query):
+        if not readable(ti.dag_id):
+            continue
+        value = None if stored is None else XComModel.deserialize_value(_Stored(stored))
+        report = value if is_report(value) else None
+        if report is None and ti.operator not in WRITE_OPERATORS:
+            continue  # some other task's return value
+        if report is not None and not filters.wants_table(report["table"]):
+            continue
+        if report is None and filters.table_key is not None:
+            continue  # no report: the table is not known here
+        rows.append(_write_row(ti, report))
+    return rows
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """What ``XComModel.deserialize_value`` reads: an object with the stored ``value``."""
+
+    value: Any
+
+
+# ----------------------------------------------------------------- together
+
+
+def _link(writes: Sequence[dict[str, Any]], spans: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Attach each write's lease (same table, same fencing token); the spans left over."""
+    by_fence: dict[int, list[dict[str, Any]]] = {}
+    for span in spans:
+        if span["fence"]:
+            by_fence.setdefault(int(span["fence"]), []).append(span)
+    used: set[str] = set()
+    for write in writes:
+        if not write.get("fence"):
+            continue
+        for span in by_fence.get(int(write["fence"]), []):
+            if span["lease_id"] not in used and _same_table(span["table"], write["table"]):
+                write["lease"] = _span_view(span)
+                used.add(span["lease_id"])
+                break
+    return [s for s in spans if s["lease_id"] not in used]
+
+
+def timeline(
+    store: LeaseStore | None, session: Any, readable: Readable, filters: Filters,
+    task: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Recent writes (with their lost attempts and their lease) and leases no write report
+    claims (a write that was skipped or failed, a script's lease), newest first."""
+    writes = airflow_writes(session, readable, filters, task)
+    history_error = None
+    spans: list[dict[str, Any]] = []
+    if store is not None:
+        try:
+            spans = [s for s in lease_spans(store.history_events(filters.table_key)) if filters.wants_table(s["table"])]
+        except LeaseStoreError as exc:
+            history_error = str(exc)
+    unclaimed = _link(writes, spans)
+    entries = list(writes)
+    if task is None and not filters.dag_id and not filters.run_id:
+        # A span knows no DAG (events record no holder): shown only when no DAG filter applies.
+        entries += [{"kind": "lease", "at": s["ended_at"] or s["granted_at"], **_span_view(s)} for s in unclaimed]
+    entries.sort(key=lambda e: e["at"] or 0.0, reverse=True)
+    entries = entries[: filters.limit]
+    for e in entries:
+        e["at"] = _iso(e["at"])
+    return {
+        "entries": entries,
+        "history": bool(spans),
+        "history_error": history_error,
+        "totals": _totals(e for e in entries if e["kind"] == "write"),
+    }
+
+
+def _totals(writes: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    writes = list(writes)
+    conflicts = [c for w in writes for c in w["conflicts"] if c["kind"] not in (None, "lease_lost", "not_a_conflict")]
+    return {
+        "writes": len(writes),
+        "committed": sum(1 for w in writes if w.get("committed")),
+        "attempts": sum(int(w["attempts"] or 0) for w in writes),
+        "conflicts": len(conflicts),
+        "wasted_seconds": round(sum(float(w["wasted_seconds"] or 0.0) for w in writes), 3),
+    }

@@ -1,0 +1,219 @@
+"""The "Table writes" plugin app (occflow.plugins) over real data, through FastAPI's TestClient.
+
+The data is real: a ``DeltaWriteOperator`` MERGE run by Airflow's ``dag.test()`` loses to a
+concurrent append on delta-rs (a second writer commits between the operator's snapshot and its
+commit), is retried and commits; its lease is granted and released by a real SQLite lease
+store recording its history; the report is the XCom the operator pushed. A second lease and a
+waiting request are taken in the same store by this test. Users are the simple auth manager's
+(Airflow's default), with JWTs signed by the auth manager itself; the headless-browser test
+against a real api-server is test_ui_plugin_browser.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from occflow.leases import Holder, LeaseRequest, LeaseStore
+
+pytestmark = pytest.mark.airflow
+
+DAG_ID = "ui_merge_race"
+DAG = '''
+import pathlib
+import pendulum
+import pyarrow as pa
+from airflow.sdk import DAG
+from airflow.providers.standard.operators.python import PythonOperator
+from occflow.engines.deltars import DeltaRsTable
+from occflow.operators.delta import DeltaWriteOperator
+
+PATH, MARK, STORE = {path!r}, {mark!r}, {store!r}
+
+def create():
+    DeltaRsTable(PATH).create(
+        pa.table({{"id": [1, 2, 3, 4], "ds": ["a", "a", "b", "b"], "v": [0, 0, 0, 0]}}), partition_by=["ds"]
+    )
+
+def source(context, snapshot):
+    mark = pathlib.Path(MARK)
+    if not mark.exists():  # a second writer commits into partition a once, after the snapshot
+        mark.write_text("raced")
+        assert DeltaRsTable(PATH).append(pa.table({{"id": [5], "ds": ["a"], "v": [1]}})).committed
+    return pa.table({{"id": [1, 9], "ds": ["a", "a"], "v": [7, 7]}})
+
+with DAG("{dag_id}", schedule=None, start_date=pendulum.datetime(2024, 1, 1)):
+    setup = PythonOperator(task_id="create", python_callable=create)
+    merge = DeltaWriteOperator(
+        task_id="merge", table="ui.events", path=PATH, operation="MERGE INTO", partitions={{"ds": "a"}},
+        data=source, merge_keys=["id"], lease_store_url=STORE,
+    )
+    setup >> merge
+'''
+
+
+@pytest.fixture(scope="module")
+def raced(tmp_path_factory, airflow_home):
+    """One real run (module-wide: it is the slow part), its store and its report."""
+    tmp = tmp_path_factory.mktemp("ui")
+    store_url = f"sqlite:///{tmp / 'leases.db'}"
+    mp = pytest.MonkeyPatch()
+    mp.setenv("OCCFLOW_LEASE_HISTORY", "1")
+    mp.setenv("OCCFLOW_LEASE_STORE_URL", store_url)
+    from airflow.dag_processing.dagbag import DagBag
+
+    dag_file = airflow_home / "dags" / "test_ui_plugin_dag.py"
+    dag_file.write_text(DAG.format(path=str(tmp / "events"), mark=str(tmp / "raced"), store=store_url, dag_id=DAG_ID))
+    bag = DagBag(dag_folder=str(dag_file))
+    assert not bag.import_errors, bag.import_errors
+    dag = bag.dags[DAG_ID]
+    run = dag.test()
+    assert str(getattr(run.state, "value", run.state)) == "success"
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        stored = session.scalars(
+            select(XComModel).where(XComModel.dag_id == DAG_ID, XComModel.run_id == run.run_id,
+                                    XComModel.task_id == "merge", XComModel.key == "return_value")
+        ).one()
+        report = XComModel.deserialize_value(stored)
+    store = LeaseStore.from_url(store_url)
+    yield {"run_id": run.run_id, "report": report, "store": store, "url": store_url}
+    store.dispose()
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def client(raced):
+    from airflow.api_fastapi.app import create_auth_manager
+    from fastapi.testclient import TestClient
+
+    create_auth_manager().init()
+    from occflow.plugins.app import create_app
+
+    with TestClient(create_app()) as c:
+        yield c
+
+
+def token(role: str) -> dict[str, str]:
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    jwt = get_auth_manager().generate_jwt(SimpleAuthManagerUser(username=f"a-{role}", role=role))
+    return {"Authorization": f"Bearer {jwt}"}
+
+
+ROUTES = ["/", "/api/tables", "/api/timeline",
+          f"/api/write?dag_id={DAG_ID}&run_id=r&task_id=merge", f"/write?dag_id={DAG_ID}&run_id=r&task_id=merge"]
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_every_route_refuses_a_request_without_a_token_or_with_a_forged_one(client, route):
+    assert client.get(route).status_code == 401
+    forged = {"Authorization": "Bearer eyJhbGciOiJIUzUxMiJ9.eyJzdWIiOiJ4Iiwicm9sZSI6ImFkbWluIn0.AAAA"}
+    assert client.get(route, headers=forged).status_code == 403
+    assert client.post("/api/leases/x/release", headers={"X-Occflow-Action": "release"}).status_code == 401
+    # No unauthenticated schema either.
+    assert client.get("/openapi.json").status_code == 404
+    assert client.get("/docs").status_code == 404
+
+
+def test_timeline_shows_the_write_its_lost_attempt_and_its_lease(client, raced):
+    report, store = raced["report"], raced["store"]
+    body = client.get("/api/timeline", headers=token("viewer")).json()
+    writes = [e for e in body["entries"] if e["kind"] == "write" and e["dag_id"] == DAG_ID]
+    assert [w["task_id"] for w in writes] == ["merge"]
+    write = writes[0]
+    assert write["run_id"] == raced["run_id"] and write["state"] == "success" and write["committed"] is True
+    # delta-rs: create = v0, the competitor's append = v1 (the winner), the retried MERGE = v2.
+    assert write["version"] == 2 and write["attempts"] == 2
+    [lost] = write["conflicts"]
+    assert lost["attempt"] == 1 and lost["kind"] == "concurrent_append" and lost["action"] == "retry"
+    assert lost["winner"] == "v1 WRITE"
+    assert write["wasted_seconds"] == report["wasted_seconds"] > 0
+    # The lease: the store's own grant and release events for the fence the report carries.
+    events = store.history_events("ui.events")
+    grant = next(e for e in events if e["kind"] == "grant" and e["fence"] == report["fence"])
+    release = next(e for e in events if e["kind"] == "release" and e["lease_id"] == grant["lease_id"])
+    lease = write["lease"]
+    assert lease["lease_id"] == grant["lease_id"] and lease["ended_by"] == "release"
+    assert lease["held_seconds"] == pytest.approx(release["at"] - grant["at"], abs=1e-3)
+    assert lease["waited_seconds"] == 0.0  # admitted at once: it never queued
+    assert body["totals"]["conflicts"] >= 1 and body["history"] is True
+
+
+def test_filters_by_dag_table_and_run(client, raced):
+    viewer = token("viewer")
+
+    def tasks(**params):
+        body = client.get("/api/timeline", headers=viewer, params=params).json()
+        return [(e["dag_id"], e["task_id"]) for e in body["entries"] if e["kind"] == "write"]
+
+    assert tasks(dag_id=DAG_ID) == [(DAG_ID, "merge")]
+    assert tasks(dag_id="no_such_dag") == []
+    assert (DAG_ID, "merge") in tasks(table="UI.Events")  # any spelling of the table
+    assert tasks(table="ui.other", dag_id=DAG_ID) == []
+    assert tasks(run_id=raced["run_id"]) == [(DAG_ID, "merge")]
+    assert tasks(run_id="manual__no_such_run") == []
+    assert client.get("/api/timeline", headers=viewer, params={"table": "a;b c"}).status_code == 400
+
+
+def test_task_instance_link_finds_its_write(client, raced):
+    viewer = token("viewer")
+    # Not mapped: the UI leaves "{MAP_INDEX}" in the link.
+    params = {"dag_id": DAG_ID, "run_id": raced["run_id"], "task_id": "merge", "map_index": "{MAP_INDEX}"}
+    write = client.get("/api/write", headers=viewer, params=params).json()
+    assert write["task_id"] == "merge" and write["conflicts"][0]["kind"] == "concurrent_append"
+    page = client.get("/write", headers=viewer, params=params)
+    assert page.status_code == 200 and 'class="focus" id="focus"' in page.text
+    missing = client.get("/api/write", headers=viewer, params={**params, "task_id": "create"})
+    assert missing.status_code == 404
+
+
+def test_data_of_dags_the_user_may_not_read_is_left_out(raced):
+    from airflow.utils.session import create_session
+
+    from occflow.plugins import data
+
+    with create_session() as session:
+        everything = data.timeline(raced["store"], session, lambda dag: True, data.Filters())
+        hidden = data.timeline(raced["store"], session, lambda dag: dag != DAG_ID, data.Filters())
+    assert any(e.get("dag_id") == DAG_ID for e in everything["entries"])
+    assert not any(e.get("dag_id") == DAG_ID for e in hidden["entries"])
+
+
+def test_live_leases_and_queue_and_release_needs_edit_permission(client, raced):
+    store = raced["store"]
+    holder = Holder(dag_id=DAG_ID, task_id="rewrite", run_id="manual__ui", try_number=1)
+    held = store.try_acquire(LeaseRequest.create("ui.events", "insert_overwrite", "delta-rs", [{"ds": "a"}], holder=holder))
+    assert held is not None
+    waiter = LeaseRequest.create("ui.events", "delete", "delta-rs", [{"ds": "a"}],
+                                 holder=Holder(dag_id=DAG_ID, task_id="purge", run_id="manual__ui", try_number=1))
+    assert store.try_acquire(waiter) is None  # it queues behind the overwrite
+    try:
+        viewer = token("viewer")
+        [table] = client.get("/api/tables", headers=viewer, params={"table": "ui.events"}).json()["tables"]
+        assert [(lease["lease_id"], lease["holder"]["task_id"], lease["fence"]) for lease in table["leases"]] == [
+            (held.lease_id, "rewrite", held.fence)
+        ]
+        assert [(w["place"], w["request_id"], w["operation"]) for w in table["waiting"]] == [
+            (1, waiter.request_id, "delete")
+        ]
+        page = client.get("/", headers=viewer, params={"table": "ui.events"}).text
+        assert f'data-lease="{held.lease_id}"' in page and 'data-testid="waiting-row"' in page
+        assert "data-release=" not in page  # a viewer is offered no release button
+
+        release = f"/api/leases/{held.lease_id}/release"
+        assert client.post(release, headers={**viewer, "X-Occflow-Action": "release"}).status_code == 403
+        assert held.lease_id in {lease.lease_id for lease in store.leases("ui.events")}
+        user = token("user")
+        assert client.post(release, headers=user).status_code == 400  # no action header: no release
+        assert "data-release=" in client.get("/", headers=user, params={"table": "ui.events"}).text
+        done = client.post(release, headers={**user, "X-Occflow-Action": "release"})
+        assert done.status_code == 200 and done.json()["released"] is True
+        assert held.lease_id not in {lease.lease_id for lease in store.leases("ui.events")}
+        assert client.post(release, headers={**user, "X-Occflow-Action": "release"}).status_code == 404
+    finally:
+        store.release(held)
+        store.cancel(waiter)
