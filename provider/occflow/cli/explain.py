@@ -5,7 +5,10 @@ from its engine (``--delta-location`` through delta-rs, ``--spark`` / ``--spark-
 Spark session); its facts decide the profile. The output names the operation, the partitions
 (or the whole table), whether the job reads its target, the profile and why, the operations it
 conflicts with under that profile, and, for each ``--against`` job, whether the two may run
-together: the rule admission applies (``leases.model.Claim.blocks``).
+together: the rule admission applies (``leases.model.Claim.blocks``). A MaxCompute table
+(``--table-format maxcompute*``) is read as ``MaxComputeWriteOperator`` reads its SQL
+(``engines.maxcompute.sql``): MaxCompute's ``ALTER TABLE t [PARTITION (...)] COMPACT MINOR | MAJOR``
+and ``... MERGE SMALLFILES`` (``core.sqlread.read_alter_write``), a MERGE held to UPDATE's row.
 """
 
 from __future__ import annotations
@@ -27,9 +30,18 @@ from ..core.identifiers import canonical_table
 from ..core.operations import Operation
 from ..core.profiles import Cell, Profile
 from ..core.sqlderive import DerivedWrite, derive_write
-from ..core.sqlread import job_text, read_sql_write
+from ..core.sqlread import (
+    MAXCOMPUTE_ALTER_FORMS,
+    is_maxcompute_alter,
+    job_text,
+    read_alter_write,
+    read_sql_write,
+    shorten,
+    split_statements,
+)
 from ..core.tablefacts import TableFacts
 from ..engines.deltars.facts import deltars_table_facts
+from ..engines.maxcompute.sql import read_maxcompute_write
 from ..engines.spark import SparkConfig, SparkEngine
 from ..engines.spark.facts import spark_table_facts
 from ..leases.model import Claim
@@ -97,7 +109,8 @@ class Explained:
 
 def _explain(args: argparse.Namespace) -> int:
     sql = read_job(args.sql)
-    table = read_sql_write(*job_text(sql)).table
+    maxcompute = args.table_format is not None and TABLE_FORMATS[args.table_format][0] == "maxcompute"
+    table = written_table(sql, maxcompute)
     facts = table_facts(args, table)
     job = explain_job(sql, facts)
     against = [compare(job, explain_other(read_job(text), facts)) for text in args.against]
@@ -121,6 +134,24 @@ def read_job(text: str) -> str:
             raise InvalidDeclarationError(f"SQL file {text[1:]!r} does not exist (write @FILE with a readable file)")
         return path.read_text()
     return text
+
+
+def written_table(sql: str, maxcompute: bool = False) -> str:
+    """The table the job writes, read as ``core.sqlread`` reads it; MaxCompute's ALTER TABLE ...
+    COMPACT / MERGE SMALLFILES (which Spark SQL has not) read by ``read_alter_write``; on a
+    MaxCompute table (``maxcompute``) read as ``MaxComputeWriteOperator`` reads it."""
+    if maxcompute:
+        return read_maxcompute_write(sql, None).table
+    text, allow_settings = job_text(sql)
+    statements = split_statements(text)
+    if any(is_maxcompute_alter(s) for s in statements):
+        if len(statements) != 1:
+            raise InvalidDeclarationError(
+                f"SQL job holds {len(statements)} statements ({'; '.join(shorten(s) for s in statements)}): "
+                f"a MaxCompute ALTER TABLE write runs alone ({MAXCOMPUTE_ALTER_FORMS})"
+            )
+        return read_alter_write(statements[0]).table
+    return read_sql_write(text, allow_settings).table
 
 
 def table_facts(args: argparse.Namespace, table: str) -> TableFacts:
@@ -165,13 +196,24 @@ def pairs(items: Sequence[str], option: str) -> dict[str, str]:
 
 
 def explain_job(sql: str, facts: TableFacts) -> Explained:
-    derived = derive_write(sql, facts.partition_columns)
+    if facts.table_format == "maxcompute":
+        # As MaxComputeWriteOperator reads it: its ALTER TABLE writes, MERGE held to UPDATE's row.
+        derived = read_maxcompute_write(sql, facts.partition_columns)
+    else:
+        written_table(sql)  # the job's one statement, read before anything is derived from it
+        text, _ = job_text(sql)
+        if any(is_maxcompute_alter(s) for s in split_statements(text)):
+            raise InvalidDeclarationError(
+                f"{shorten(text)!r} is MaxCompute's ALTER TABLE write, not {facts.table_format} SQL: "
+                "explain it with --table-format maxcompute-transactional (or maxcompute)"
+            )
+        derived = derive_write(sql, facts.partition_columns)
     return Explained(sql, derived, facts, facts.profile(derived.operation))
 
 
 def explain_other(sql: str, facts: TableFacts) -> Explained | str:
     """Another job: explained on the same table's facts, or the table it writes instead."""
-    table = read_sql_write(*job_text(sql)).table
+    table = written_table(sql, facts.table_format == "maxcompute")
     if canonical_table(table) != canonical_table(facts.table):
         return table
     return explain_job(sql, facts)

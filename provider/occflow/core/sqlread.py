@@ -12,8 +12,9 @@ message that names the statement and what differs.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import sqlglot
 from sqlglot import ParseError, Token, TokenError, TokenType, exp
@@ -21,6 +22,7 @@ from sqlglot import ParseError, Token, TokenError, TokenType, exp
 from .errors import InvalidDeclarationError, UnknownOperationError
 from .identifiers import canonical_table, table_parts
 from .operations import Operation, parse_operation
+from .sqlpredicates import read_literal
 
 DIALECT = "spark"
 
@@ -271,6 +273,118 @@ def dotted_name(tokens: list[Token]) -> tuple[str, list[Token]]:
             continue
         break
     return ".".join(parts), tokens[i:]
+
+
+# ---------------------------------------------------------------- MaxCompute's ALTER TABLE writes
+
+#: What MaxCompute writes by ALTER TABLE (Delta Table compactions, small file merge).
+MAXCOMPUTE_ALTER_FORMS = (
+    "MaxCompute writes by ALTER TABLE are ALTER TABLE t [PARTITION (col = 'v', ...)] COMPACT MINOR | MAJOR "
+    "or ... MERGE SMALLFILES"
+)
+_ALTER_ENDINGS = {
+    ("COMPACT", "MINOR"): Operation.MINOR_COMPACT,
+    ("COMPACT", "MAJOR"): Operation.MAJOR_COMPACT,
+    ("MERGE", "SMALLFILES"): Operation.SMALL_FILE_MERGE,
+}
+_PARTITION_COLUMN_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class AlterWrite:
+    """MaxCompute's ``ALTER TABLE t [PARTITION (...)] COMPACT MINOR | MAJOR`` or ``... MERGE
+    SMALLFILES``, as written: the table, the operation, the PARTITION clause's literal values
+    (columns lower-cased; empty: no PARTITION clause, the whole table)."""
+
+    statement: str
+    table: str
+    operation: Operation
+    partition: Mapping[str, Any]
+
+
+def is_alter(statement: str) -> bool:
+    """Whether the statement is an ``ALTER ...`` (MaxCompute reads its writes by ALTER TABLE itself)."""
+    return first_keyword(statement) == "ALTER"
+
+
+def is_maxcompute_alter(statement: str) -> bool:
+    """Whether the statement is an ALTER that ends as one of MaxCompute's ALTER TABLE writes
+    (``COMPACT MINOR | MAJOR``, ``MERGE SMALLFILES``): ``read_alter_write`` reads it."""
+    if not is_alter(statement):
+        return False
+    ending = tuple(t.text.upper() for t in sql_tokens(statement, "statement")[-2:])
+    return ending in _ALTER_ENDINGS
+
+
+def read_alter_write(statement: str) -> AlterWrite:
+    """One of MaxCompute's ALTER TABLE writes (``MAXCOMPUTE_ALTER_FORMS``), read token by token
+    (sqlglot's Spark dialect has no such statement); anything else is refused naming why."""
+    where = f"statement {shorten(statement)!r}"
+    if len(split_statements(statement)) != 1:
+        raise InvalidDeclarationError(f"{where} is not one statement: {MAXCOMPUTE_ALTER_FORMS}")
+    tokens = sql_tokens(statement, where)
+    if tokens and tokens[0].token_type is TokenType.COMMAND:  # sqlglot keeps ALTER ... as one command
+        tokens = sql_tokens(statement[tokens[0].end + 1 :], where)
+    else:
+        tokens = tokens[1:]
+    if not tokens or tokens[0].token_type is not TokenType.TABLE:
+        raise InvalidDeclarationError(f"{where} is not ALTER TABLE: {MAXCOMPUTE_ALTER_FORMS}")
+    name, rest = dotted_name(tokens[1:])
+    if not name:
+        raise InvalidDeclarationError(f"{where} names no table: {MAXCOMPUTE_ALTER_FORMS}")
+    table_parts(name)  # the one identifier grammar (no paths, no odd characters)
+    spec, rest = _alter_partition(rest, where)
+    ending = tuple(t.text.upper() for t in rest)
+    operation = _ALTER_ENDINGS.get((ending[0], ending[1])) if len(ending) == 2 else None
+    if operation is None:
+        raise InvalidDeclarationError(f"{where}: {MAXCOMPUTE_ALTER_FORMS}")
+    return AlterWrite(statement, name, operation, spec)
+
+
+def _alter_partition(tokens: list[Token], where: str) -> tuple[dict[str, Any], list[Token]]:
+    """``PARTITION (ds = '2024-01-01', region = 'eu')``: its literal values, and what follows."""
+    if not tokens or tokens[0].token_type is not TokenType.PARTITION:
+        return {}, tokens
+    if len(tokens) < 2 or tokens[1].token_type is not TokenType.L_PAREN:
+        raise InvalidDeclarationError(f"{where}: PARTITION needs (column = 'value', ...)")
+    spec: dict[str, Any] = {}
+    i = 2
+    while i + 2 < len(tokens):
+        column, eq, value = tokens[i], tokens[i + 1], tokens[i + 2]
+        if eq.token_type is not TokenType.EQ or column.token_type not in (TokenType.VAR, TokenType.IDENTIFIER):
+            break
+        if not _PARTITION_COLUMN_RE.fullmatch(column.text):
+            raise InvalidDeclarationError(
+                f"{where}: invalid partition column {column.text!r} in PARTITION: use letters, digits, _"
+            )
+        if column.text.lower() in spec:
+            raise InvalidDeclarationError(f"{where}: PARTITION names column {column.text!r} twice")
+        literal = _alter_literal(column.text, value)
+        if literal is None:
+            raise InvalidDeclarationError(
+                f"{where}: the value of partition column {column.text!r} is not a literal (write it quoted: "
+                f"{column.text} = 'value')"
+            )
+        spec[column.text.lower()] = literal
+        i += 3
+        if i < len(tokens) and tokens[i].token_type is TokenType.COMMA:
+            i += 1
+            continue
+        if i < len(tokens) and tokens[i].token_type is TokenType.R_PAREN:
+            return spec, tokens[i + 1 :]
+        break
+    raise InvalidDeclarationError(f"{where}: PARTITION needs (column = 'value', ...) with literal values")
+
+
+def _alter_literal(column: str, token: Token) -> Any:
+    if token.token_type is TokenType.STRING:
+        node: exp.Expr = exp.Literal.string(token.text)
+    elif token.token_type is TokenType.NUMBER:
+        node = exp.Literal.number(token.text)
+    else:
+        return None
+    found = read_literal(column, node)
+    return None if found is None or found.value is None else found.value
 
 
 def _setting(statement: str, where: str, allowed: bool) -> str:

@@ -4,6 +4,12 @@ What it waits for: a version (Delta version / Iceberg sequence number) at least 
 a given Iceberg ``snapshot_id``, a commit touching ``partition``, or the commit an upstream
 occflow write task made (read from that task's XCom report). The triggerer reads the table's log
 from files (``occflow.triggers.commits``), so waiting holds no worker slot and no JVM.
+
+MaxCompute tables (``table_format="maxcompute"``) are read through ``OccflowMaxComputeHook`` (the
+operator's connection, or the stand-in): their two versions are ``min_id_version`` (every commit)
+and ``min_time_version`` (only commits that change data: compaction and clustering have none,
+spec 001); ``data_changes_only`` (the default for MaxCompute) does not count a compaction or a
+clustering as the commit waited for.
 """
 
 from __future__ import annotations
@@ -15,11 +21,13 @@ from typing import Any
 
 from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
 from airflow.sdk import BaseSensorOperator
+from airflow.sdk.exceptions import AirflowFailException
 
 from ..core.declaration import partition_key, validate_table_identifier
 from ..core.errors import InvalidDeclarationError
+from ..hooks.maxcompute import DEFAULT_CONN_ID
 from ..hooks.spark import default_delta_location, embedded_home
-from ..triggers.commits import FORMATS, CommitCondition, read_commits
+from ..triggers.commits import FORMATS, CommitCondition, maxcompute_location, read_commits
 from ..triggers.table import TableCommitTrigger
 
 
@@ -36,18 +44,29 @@ def default_location(table_format: str, table: str) -> str:
 class TableCommitSensor(BaseSensorOperator):
     """Wait until a matching commit is in the table's log.
 
-    :param table_format: ``delta`` or ``iceberg``.
-    :param table: the table identifier (for the default location and messages).
-    :param location: the table's path; default: where the embedded default keeps ``table``.
-    :param min_version: wait for a commit with this version or later.
+    :param table_format: ``delta``, ``iceberg`` or ``maxcompute``.
+    :param table: the table identifier (for the default location and messages; on MaxCompute, the
+        table whose commits are read).
+    :param location: the table's path (Delta / Iceberg); default: where the embedded default keeps ``table``.
+    :param min_version: wait for a commit with this version or later (Delta / Iceberg).
     :param snapshot_id: wait for this Iceberg snapshot.
+    :param min_id_version: MaxCompute: wait for a commit with this ID version or later.
+    :param min_time_version: MaxCompute: wait for a commit with this time version or later (a
+        compaction or clustering has none, so never meets it).
+    :param data_changes_only: MaxCompute (default ``True``): a compaction or clustering commit
+        (no data change) is not the commit waited for.
+    :param maxcompute_conn_id, project, endpoint, standin, standin_fallback: MaxCompute: where
+        the client comes from, as for ``MaxComputeWriteOperator`` (``standin_fallback``: the
+        stand-in only when the connection does not exist).
     :param partition: only commits that touched this partition (``{"ds": "{{ ds }}"}``).
     :param upstream_task_id: wait for the commit this occflow write task made (its XCom report);
         ``upstream_dag_id`` for a task of another DAG (same run id unless ``upstream_run_id``).
     :param deferrable: wait in the triggerer (default) instead of poking from a worker slot.
     """
 
-    template_fields: Sequence[str] = ("location", "partition", "min_version", "upstream_run_id")
+    template_fields: Sequence[str] = (
+        "location", "partition", "min_version", "min_id_version", "min_time_version", "upstream_run_id",
+    )
     ui_color = "#e8f4fa"
 
     def __init__(
@@ -62,6 +81,14 @@ class TableCommitSensor(BaseSensorOperator):
         upstream_task_id: str | None = None,
         upstream_dag_id: str | None = None,
         upstream_run_id: str | None = None,
+        min_id_version: int | None = None,
+        min_time_version: float | None = None,
+        data_changes_only: bool | None = None,
+        maxcompute_conn_id: str = DEFAULT_CONN_ID,
+        project: str | None = None,
+        endpoint: str | None = None,
+        standin: str | None = None,
+        standin_fallback: str | None = None,
         deferrable: bool = True,
         poll_interval: float = 5.0,
         **kwargs: Any,
@@ -73,14 +100,19 @@ class TableCommitSensor(BaseSensorOperator):
         validate_table_identifier(table)
         if partition is not None:
             partition_key({k: "x" for k in partition})  # columns now, values after rendering
-        if not any(v is not None for v in (min_version, snapshot_id, partition, upstream_task_id)):
-            raise InvalidDeclarationError(
-                f"{self.task_id}: say what to wait for: min_version, snapshot_id, partition or upstream_task_id"
-            )
+        _check_targets(self.task_id, table_format, min_version=min_version, snapshot_id=snapshot_id,
+                       location=location, min_id_version=min_id_version, min_time_version=min_time_version,
+                       data_changes_only=data_changes_only, partition=partition, upstream_task_id=upstream_task_id)
+        maxcompute = table_format == "maxcompute"
         self.table_format = table_format
         self.table = table
+        if maxcompute:
+            location = maxcompute_location(table, maxcompute_conn_id, project, endpoint, standin, standin_fallback)
         self.location = location or default_location(table_format, table)
         self.min_version = min_version
+        self.min_id_version = min_id_version
+        self.min_time_version = min_time_version
+        self.data_changes_only = maxcompute if data_changes_only is None else bool(data_changes_only)
         self.snapshot_id = snapshot_id
         self.partition = partition
         self.upstream_task_id = upstream_task_id
@@ -92,7 +124,11 @@ class TableCommitSensor(BaseSensorOperator):
     def condition(self, context: Any) -> CommitCondition | None:
         """The condition to wait for; ``None`` while the upstream task has not reported yet."""
         metadata: dict[str, str] = {}
-        min_version = None if self.min_version is None else int(self.min_version)
+        maxcompute = self.table_format == "maxcompute"
+        min_version = _version(self.task_id, "min_version", self.min_version, rendered=True)
+        if maxcompute:
+            min_version = _version(self.task_id, "min_id_version", self.min_id_version, rendered=True)
+        min_time_version = _version(self.task_id, "min_time_version", self.min_time_version, rendered=True)
         snapshot_id = self.snapshot_id
         if self.upstream_task_id is not None:
             ti = context["ti"]
@@ -116,8 +152,27 @@ class TableCommitSensor(BaseSensorOperator):
                     "occflow.task_id": self.upstream_task_id,
                     "occflow.run_id": self.upstream_run_id or ti.run_id,
                 }
+            if maxcompute:
+                metadata = self._maxcompute_upstream(report)
         partition = None if not self.partition else partition_key(self.partition)
-        return CommitCondition(min_version, snapshot_id, partition, metadata)
+        return CommitCondition(min_version, snapshot_id, partition, metadata, min_time_version,
+                               self.data_changes_only)
+
+    def _maxcompute_upstream(self, report: Mapping[str, Any]) -> dict[str, str]:
+        """Match exactly the instance the upstream MaxCompute write committed."""
+        found = report.get("maxcompute") or {}
+        if not found.get("instance_id"):
+            raise AirflowFailException(
+                f"{self.task_id}: upstream task {self.upstream_task_id} reported no MaxCompute instance "
+                "(is it a MaxComputeWriteOperator?)"
+            )
+        if self.data_changes_only and found.get("data_change") is False:
+            raise AirflowFailException(
+                f"{self.task_id}: upstream task {self.upstream_task_id} committed a "
+                f"{report.get('operation', 'compaction')} (no data change), which data_changes_only=True never "
+                "counts; wait for it with data_changes_only=False"
+            )
+        return {"maxcompute.instance_id": str(found["instance_id"])}
 
     def poke(self, context: Any) -> bool | dict[str, Any]:
         condition = self.condition(context)
@@ -151,3 +206,43 @@ class TableCommitSensor(BaseSensorOperator):
     def execute_complete(self, context: Any, event: Mapping[str, Any]) -> dict[str, Any]:
         self.log.info("commit found on %s: %s", self.table, event.get("commit"))
         return dict(event["commit"])
+
+
+def _version(task_id: str, name: str, value: Any, *, rendered: bool = False) -> Any:
+    """A version bound: a number >= 0; a template is left for after rendering (``rendered``: now)."""
+    if value is None or (isinstance(value, str) and not rendered and "{" in value):
+        return value
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        number = float(value) if name == "min_time_version" else int(value)
+    except (TypeError, ValueError):
+        raise InvalidDeclarationError(f"{task_id}: {name} must be a version number >= 0, got {value!r}") from None
+    if number != number or number < 0:
+        raise InvalidDeclarationError(f"{task_id}: {name} must be a version number >= 0, got {value!r}")
+    return number
+
+
+_MAXCOMPUTE_ONLY = ("min_id_version", "min_time_version", "data_changes_only")
+_FILES_ONLY = ("min_version", "snapshot_id", "location")
+
+
+def _check_targets(task_id: str, table_format: str, **given: Any) -> None:
+    """Each parameter belongs to its format; versions are numbers >= 0; something is waited for."""
+    for name in ("min_version", "min_id_version", "min_time_version"):
+        _version(task_id, name, given[name])  # a template is checked once rendered
+    maxcompute = table_format == "maxcompute"
+    wrong = [name for name in (_FILES_ONLY if maxcompute else _MAXCOMPUTE_ONLY) if given[name] is not None]
+    if wrong:
+        raise InvalidDeclarationError(
+            f"{task_id}: {', '.join(wrong)} {'does' if len(wrong) == 1 else 'do'} not apply to "
+            f"table_format={table_format!r}; "
+            + ("a MaxCompute table has min_id_version, min_time_version and data_changes_only, and is "
+               "read through maxcompute_conn_id / standin" if maxcompute else
+               "min_id_version, min_time_version and data_changes_only are MaxCompute's (table_format='maxcompute')")
+        )
+    targets = ("min_id_version", "min_time_version") if maxcompute else ("min_version", "snapshot_id")
+    if all(given[name] is None for name in (*targets, "partition", "upstream_task_id")):
+        raise InvalidDeclarationError(
+            f"{task_id}: say what to wait for: {', '.join(targets)}, partition or upstream_task_id"
+        )

@@ -4,6 +4,10 @@ Delta: the JSON actions in ``_delta_log/`` (commit info, ``add`` actions with pa
 Iceberg: the newest ``*.metadata.json`` under the table's ``metadata/`` folder (snapshots with
 their summaries); this works for Hadoop and JDBC catalogs whose tables live on a filesystem
 path occflow can read.
+MaxCompute: ``engines.maxcompute.maxcompute_commits`` through ``OccflowMaxComputeHook`` (the
+stand-in's MetaService history with ID and time versions; on a real project the successful
+instances carrying occflow's tag, without versions). Its "location" is the hook's settings and
+the table, as JSON (``maxcompute_location``), so the trigger stays serializable.
 """
 
 from __future__ import annotations
@@ -16,21 +20,27 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import InvalidDeclarationError
+from ..engines.maxcompute import maxcompute_commits
+from ..hooks.maxcompute import DEFAULT_CONN_ID, OccflowMaxComputeHook
 
-FORMATS = ("delta", "iceberg")
+FORMATS = ("delta", "iceberg", "maxcompute")
 _DELTA_COMMIT = re.compile(r"^(\d{20})\.json$")
 _ICEBERG_METADATA = re.compile(r"^(?:v(\d+)|(\d+)-[0-9a-f-]+)\.metadata\.json$")
 
 
 @dataclass(frozen=True)
 class Commit:
-    """One commit: its version (Delta) or sequence number (Iceberg), and what it says about itself."""
+    """One commit: its version (Delta), sequence number (Iceberg) or ID version (MaxCompute;
+    ``None`` where the service does not report it), and what it says about itself."""
 
-    version: int
+    version: int | None
     operation: str
     snapshot_id: int | None = None
     partitions: frozenset[str] = frozenset()  # "col=value/..." keys of files it added or removed
     metadata: Mapping[str, str] = field(default_factory=dict)
+    time_version: float | None = None  # MaxCompute: none for compaction and clustering (spec 001)
+    data_change: bool | None = None  # MaxCompute: False for compaction and clustering; None: not read
+    whole_table: bool = False  # the commit wrote the whole table (it touches every partition)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -39,6 +49,9 @@ class Commit:
             "snapshot_id": self.snapshot_id,
             "partitions": sorted(self.partitions),
             "metadata": dict(self.metadata),
+            "time_version": self.time_version,
+            "data_change": self.data_change,
+            "whole_table": self.whole_table,
         }
 
 
@@ -110,29 +123,94 @@ def iceberg_commits(location: str) -> list[Commit]:
     return sorted(commits, key=lambda c: c.version)
 
 
+_MAXCOMPUTE_KEYS = ("table", "maxcompute_conn_id", "project", "endpoint", "standin", "standin_fallback")
+
+
+def maxcompute_location(
+    table: str,
+    maxcompute_conn_id: str = DEFAULT_CONN_ID,
+    project: str | None = None,
+    endpoint: str | None = None,
+    standin: str | None = None,
+    standin_fallback: str | None = None,
+) -> str:
+    """Where a MaxCompute table's commits are read from: the hook's settings and the table."""
+    values = (table, maxcompute_conn_id, project, endpoint, standin, standin_fallback)
+    return json.dumps(dict(zip(_MAXCOMPUTE_KEYS, values, strict=True)), sort_keys=True)
+
+
+def maxcompute_table_commits(location: str) -> list[Commit]:
+    """The commits of the table ``location`` (``maxcompute_location``) names, oldest first."""
+    try:
+        settings = json.loads(location)
+    except ValueError:
+        settings = None
+    if not isinstance(settings, dict) or not isinstance(settings.get("table"), str):
+        raise InvalidDeclarationError(
+            f"a MaxCompute commit location is maxcompute_location(table, ...)'s JSON, got {location!r}"
+        )
+    unknown = set(settings) - set(_MAXCOMPUTE_KEYS)
+    if unknown:
+        raise InvalidDeclarationError(f"MaxCompute commit location {location!r}: unknown keys {sorted(unknown)}")
+    table = settings.pop("table")
+    client = OccflowMaxComputeHook(settings.pop("maxcompute_conn_id", None) or DEFAULT_CONN_ID, **settings).get_client()
+    return [
+        Commit(
+            version=c["id_version"],
+            operation=str(c["operation"]),
+            partitions=frozenset(c["partitions"] or ()),
+            metadata={"maxcompute.instance_id": str(c["instance_id"])},
+            time_version=c["time_version"],
+            data_change=bool(c["data_change"]),
+            whole_table=c["partitions"] is None,
+        )
+        for c in maxcompute_commits(client, table)
+    ]
+
+
 def read_commits(table_format: str, location: str) -> list[Commit]:
     if table_format == "delta":
         return delta_commits(location)
     if table_format == "iceberg":
         return iceberg_commits(location)
+    if table_format == "maxcompute":
+        return maxcompute_table_commits(location)
     raise InvalidDeclarationError(f"cannot watch commits of table_format {table_format!r}; known: {FORMATS}")
 
 
 @dataclass(frozen=True)
 class CommitCondition:
-    """Which commit a sensor waits for; every field given must hold."""
+    """Which commit a sensor waits for; every field given must hold. ``min_version`` is the ID
+    version on MaxCompute; ``min_time_version`` (MaxCompute) is never met by a compaction, which
+    has no time version; ``data_changes_only`` skips commits that only reorganise files."""
 
     min_version: int | None = None
     snapshot_id: int | None = None
     partition: str | None = None  # a partition key; a commit matches when it touched it
     metadata: Mapping[str, str] = field(default_factory=dict)
+    min_time_version: float | None = None
+    data_changes_only: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("min_version", "min_time_version"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
+                raise InvalidDeclarationError(f"{name} must be a version >= 0, got {value!r}")
 
     def matches(self, commit: Commit) -> bool:
-        if self.min_version is not None and commit.version < self.min_version:
+        if self.min_version is not None and (commit.version is None or commit.version < self.min_version):
+            return False
+        if self.min_time_version is not None and (
+            commit.time_version is None or commit.time_version < self.min_time_version
+        ):
+            return False
+        if self.data_changes_only and commit.data_change is not True:
             return False
         if self.snapshot_id is not None and commit.snapshot_id != self.snapshot_id:
             return False
-        if self.partition is not None and not _touches(commit.partitions, self.partition):
+        if self.partition is not None and not commit.whole_table and not _touches(commit.partitions, self.partition):
             return False
         return all(commit.metadata.get(k) == v for k, v in self.metadata.items())
 
@@ -145,6 +223,8 @@ class CommitCondition:
             "snapshot_id": self.snapshot_id,
             "partition": self.partition,
             "metadata": dict(self.metadata),
+            "min_time_version": self.min_time_version,
+            "data_changes_only": self.data_changes_only,
         }
 
 
