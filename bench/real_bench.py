@@ -290,7 +290,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--merge-jobs", type=int, default=10, help="jobs of the merge workload")
     p.add_argument("--jobs", type=int, default=12, help="jobs of the mixed workload")
     p.add_argument("--slots", type=int, default=2)
-    p.add_argument("--partitions", type=int, default=3)
+    p.add_argument("--partitions", type=int, default=2)
     p.add_argument("--append-share", type=float, default=0.4, help="share of the mixed jobs that are blind appends")
     p.add_argument("--rows", type=int, default=ICEBERG_ROWS, help="rows each Iceberg job writes")
     p.add_argument("--seed-rows", type=int, default=ICEBERG_SEED_ROWS, help="rows per Iceberg partition before the jobs")

@@ -16,6 +16,7 @@ from typing import Any
 
 from airflow.sdk import BaseNotifier
 
+from ..core.advice import kind_help
 from ..core.classify import classify
 from ..core.kinds import Classification, ConflictKind, WinningCommit
 from ..core.operations import parse_operation
@@ -23,6 +24,11 @@ from ..policies import XCOM_KEY, log_tail
 
 # How far the notifier looks for the task that made the winning commit (XCom reads per alert).
 MAX_TASKS_SEARCHED = 64
+# An engine message longer than this (a JVM stack in the message) is cut, saying so; real
+# messages, a Py4J first line or delta-rs's conflict text, stay whole.
+MAX_ERROR_CHARS = 4000
+# The column the values of ``ConflictReport.text`` start at: continuation lines align with it.
+_VALUE_INDENT = " " * 18
 
 
 @dataclass(frozen=True)
@@ -62,9 +68,13 @@ class ConflictReport:
 
     def text(self) -> str:
         if not self.is_conflict:
-            lines = [
-                self.subject,
-                f"  error:          {self.error}",
+            lines = [self.subject]
+            if self.table:
+                lines.append(f"  table:          {self.table}" + (f", partition {self.partition}" if self.partition else ""))
+            if self.operation:
+                lines.append(f"  operation:      {self.operation}")
+            lines += [
+                f"  error:          {_indented(self.error)}",
                 "  occflow did not retry it as a conflict; the task's ordinary retries apply.",
             ]
             if self.footprint_exceeded:
@@ -94,7 +104,7 @@ class ConflictReport:
             lines.append(f"  decision:       {self.decision}")
         lines.append("  what to change:")
         lines.extend(f"    - {advice}" for advice in self.advice)
-        lines.append(f"  error:          {self.error}")
+        lines.append(f"  error:          {_indented(self.error)}")
         if self.classification_reason:
             lines.append(f"  evidence:       {self.classification_reason}")
         return "\n".join(lines)
@@ -169,17 +179,18 @@ class ConflictNotifier(BaseNotifier):
         operation = report.get("operation") or (from_policy or {}).get("operation") or self.operation
         profile = report.get("profile") or (from_policy or {}).get("profile") or self.profile
         partition = _partition_text(report.get("partitions") if report else None) or _partition_text(self.partition)
-        decision = _decision_text(report, from_policy)
         winner_task, winner_report = _winner_task(ti, context, table, winner)
         own_excess, winner_excess = _excess(report), _excess(winner_report)
-        advice = _advice(classification.kind, operation, partition, report)
+        engine = str(report.get("engine") or classification.engine or "")
+        advice = _advice(classification.kind, operation, partition, report, engine)
+        decision = _decision_text(report, from_policy, advice)
         for found in (own_excess, winner_excess):
             if found is not None and found.get("advice") and found["advice"] not in advice:
                 advice += (str(found["advice"]),)
         return ConflictReport(
             task=_task_name(ti, context),
             kind=classification.kind,
-            error=_first_line(exception),
+            error=_engine_error(report) or _error_text(exception),
             try_number=getattr(ti, "try_number", None),
             table=table,
             partition=partition,
@@ -203,6 +214,15 @@ class ConflictNotifier(BaseNotifier):
         from_policy: Mapping[str, Any] | None,
         ti: Any,
     ) -> Classification:
+        decisions = report.get("decisions") if report else None
+        if decisions and decisions[-1].get("kind") == ConflictKind.NOT_A_CONFLICT.value:
+            # The operator's last attempt failed without a conflict: earlier lost attempts (that
+            # were retried) are not why the task failed.
+            return Classification(
+                kind=ConflictKind.NOT_A_CONFLICT,
+                engine=str(report.get("engine", "unknown")),
+                reason=str(decisions[-1].get("reason", "")),
+            )
         conflicts = report.get("conflicts") if report else None
         if conflicts:
             last = conflicts[-1]
@@ -307,11 +327,19 @@ def _partition_text(value: Any) -> str | None:
     return str(value)
 
 
-def _decision_text(report: Mapping[str, Any], from_policy: Mapping[str, Any] | None) -> str | None:
+def _decision_text(
+    report: Mapping[str, Any], from_policy: Mapping[str, Any] | None, advice: tuple[str, ...] = ()
+) -> str | None:
     decisions = report.get("decisions") if report else None
     if decisions:
         last = decisions[-1]
-        return f"{last['action']}: {last.get('reason', '')}"
+        reason = str(last.get("reason", ""))
+        kind = last.get("kind")
+        if kind and reason.startswith(f"{kind}: "):
+            reason = reason[len(kind) + 2:]
+        if reason in advice:  # the fail-fast reason is the advice below: said once
+            reason = "occflow does not retry it (what to change, below)"
+        return f"{last['action']}: {reason}"
     if from_policy and from_policy.get("decision"):
         last = from_policy["decision"]
         delay = last.get("delay_seconds")
@@ -321,12 +349,14 @@ def _decision_text(report: Mapping[str, Any], from_policy: Mapping[str, Any] | N
 
 
 def _advice(
-    kind: ConflictKind, operation: str | None, partition: str | None, report: Mapping[str, Any]
+    kind: ConflictKind, operation: str | None, partition: str | None, report: Mapping[str, Any],
+    engine: str | None = None,
 ) -> tuple[str, ...]:
-    """The kind's help text, plus what the declaration itself suggests."""
+    """The kind's help text as it fits the engine that raised it (``core.advice``), plus what the
+    declaration itself suggests."""
     if not kind.is_conflict:
         return ()
-    advice = [kind.help]
+    advice = [kind_help(kind, engine)]
     op = None
     if operation:
         try:
@@ -358,12 +388,33 @@ def _task_name(ti: Any, context: Mapping[str, Any]) -> str:
     return f"{name}[{map_index}]" if isinstance(map_index, int) and map_index >= 0 else name
 
 
-def _first_line(exception: Any) -> str:
+def _engine_error(report: Mapping[str, Any]) -> str | None:
+    """The engine's own message from an occflow write report: the failed attempt's ``error``,
+    else the last conflict's (the report's ``error`` is set when the try ended without a commit)."""
+    if not report:
+        return None
+    if report.get("error"):
+        return str(report["error"])
+    conflicts = report.get("conflicts") or []
+    last = conflicts[-1] if conflicts else {}
+    return str(last["error"]) if isinstance(last, Mapping) and last.get("error") else None
+
+
+def _error_text(exception: Any) -> str:
+    """The exception as ``Class: message``, the whole message (every line), cut only past
+    ``MAX_ERROR_CHARS`` and then saying how much more the task log holds."""
     if exception is None:
         return "no exception (the task was failed from outside the task)"
     text = exception if isinstance(exception, str) else f"{type(exception).__name__}: {exception}"
-    first = text.strip().splitlines()[0] if text.strip() else text
-    return first if len(first) <= 300 else first[:297] + "..."
+    text = text.strip()
+    if len(text) <= MAX_ERROR_CHARS:
+        return text
+    return f"{text[:MAX_ERROR_CHARS]} [... {len(text) - MAX_ERROR_CHARS} more characters in the task log]"
+
+
+def _indented(text: str) -> str:
+    """A multi-line value under its label: continuation lines start at the value column."""
+    return ("\n" + _VALUE_INDENT).join(line.rstrip() for line in text.splitlines()) if text else text
 
 
 def _try_started(ti: Any) -> float | None:

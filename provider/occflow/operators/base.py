@@ -48,6 +48,9 @@ from ..engines.outcome import WriteOutcome
 from . import admission
 from .exactly_once import BeforeCommit, LeaseLapsed, exactly_once_for, try_number
 from .history import WriteHistory, emit_metrics, load_history, observed_report, store_history
+from .lineage import OpenLineageMixin
+from .links import TableHistoryLink, WriteCommitLink
+from .messages import attempt_line, committed_by, engine_message, fitted_to_engine, sentence, why
 
 #: Aborts for a lease that was not live at the commit, per task instance, before the task fails
 #: (for Airflow's retries) instead of going back through admission once more.
@@ -58,8 +61,8 @@ class WriteLost(Exception):
     """One attempt did not commit: carries the engine's outcome (or exception) and its class."""
 
     def __init__(self, classification: Classification, outcome: WriteOutcome | None, error: BaseException | None):
-        text = outcome.error.text if outcome is not None and outcome.error is not None else repr(error)
-        super().__init__(f"{classification.kind.value}: {text}")
+        self.engine_message = engine_message(outcome, error)
+        super().__init__(f"{classification.kind.value}: {self.engine_message}")
         self.classification = classification
         self.outcome = outcome
         self.error = error
@@ -82,14 +85,23 @@ class ConflictFailure(AirflowFailException):
 
 
 class WriteNotCommitted(RuntimeError):
-    """The engine failed with an error that is not a conflict: Airflow's ordinary retries decide."""
+    """The engine failed with an error that is not a conflict: Airflow's ordinary retries decide.
+
+    ``report`` is the task's write report (its ``error`` is the engine's message), for notifiers."""
+
+    def __init__(self, message: str, report: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.report = report or {}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.report))
 
 
 class LeaseLostFailure(AirflowException):
     """The lease was not live at the commit ``MAX_LEASE_LOSSES`` times: Airflow's retries decide."""
 
 
-class OccflowWriteOperator(BaseOperator):
+class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
     """A write on a lakehouse table that knows its table format's conflict matrix.
 
     :param table: the table identifier (``catalog.db.table``); validated at DAG parse time.
@@ -115,6 +127,8 @@ class OccflowWriteOperator(BaseOperator):
 
     template_fields: Sequence[str] = ("partitions",)
     ui_color = "#dff0d8"
+    # Buttons to the commit and the table's history where the engine has a URL (``links.py``).
+    operator_extra_links = (WriteCommitLink(), TableHistoryLink())
     engine_name = "unknown"
     default_table_format: str | None = None  # the format when neither profile nor table_format is given
 
@@ -243,6 +257,13 @@ class OccflowWriteOperator(BaseOperator):
         report.update(observed_report(self, declaration, outcome))  # logs a write beyond its declaration
         store_history(context, None)
         emit_metrics(report, self._metrics_since)
+        if outcome.tag.get("exactly_once"):  # found in the table, not written again by this try
+            self.log.info(
+                "%s on %s was already committed by %s (version=%s snapshot=%s): this try (%d) wrote nothing; %s",
+                declaration.operation.value, declaration.table, committed_by(outcome.tag), report["version"],
+                report["snapshot_id"], try_number(context), outcome.tag["exactly_once"],
+            )
+            return report
         self.log.info(
             "committed %s on %s: version=%s snapshot=%s after %d attempt(s), %d conflict(s), %.1fs wasted",
             declaration.operation.value, declaration.table, report["version"], report["snapshot_id"],
@@ -267,13 +288,12 @@ class OccflowWriteOperator(BaseOperator):
                 self.abort_lease_lost(declaration, lapsed, history, context)  # raises
             except WriteLost as lost:
                 elapsed = time.time() - history.first_started
-                decision = policy.decide(lost.classification, history.attempts, elapsed)
+                decision = fitted_to_engine(policy.decide(lost.classification, history.attempts, elapsed),
+                                            self.engine_name)
                 self._record(history, lost, decision)
                 if decision.action is not Action.RETRY:
                     self.act_on(declaration, decision, lost, history, context)  # raises
             # Retry in the task, outside the handler: the next attempt's errors are its own.
-            self.log.warning("attempt %d lost (%s); retrying in %.1fs from a fresh snapshot",
-                             history.attempts, decision.reason, decision.delay_seconds)
             time.sleep(decision.delay_seconds)
 
     def _attempt(
@@ -287,8 +307,9 @@ class OccflowWriteOperator(BaseOperator):
             if guard is None:
                 outcome = self.run_attempt(declaration, context, attempt)
             else:
-                outcome = guard.run(lambda: self.run_attempt(declaration, context, attempt),
-                                    verify_first=later_try or attempt > 1)
+                done = self._found_committed(guard) if later_try or attempt > 1 else None
+                outcome = done or guard.run(lambda: self.run_attempt(declaration, context, attempt),
+                                            verify_first=False)
         except StaleOverwriteError as stale:
             raise (AirflowSkipException if stale.action == "skip" else AirflowFailException)(str(stale)) from stale
         except (AirflowFailException, AirflowSkipException, AirflowTaskTimeout, InvalidDeclarationError):
@@ -297,8 +318,9 @@ class OccflowWriteOperator(BaseOperator):
             history.wasted_seconds += time.monotonic() - started
             raise
         except AlreadyCommitted as done:  # the job's own Delta txn id is in the table already: done
+            by = {} if done.found is None else {"committed_by": done.found.by}
             return WriteOutcome(engine=self.engine_name, table=declaration.table, operation=declaration.operation,
-                                committed=True, seconds=0.0, tag={"exactly_once": str(done)})
+                                committed=True, seconds=0.0, tag={"exactly_once": str(done), **by})
         except Exception as exc:
             # An engine that raises instead of returning an outcome: classified the same way.
             history.wasted_seconds += time.monotonic() - started
@@ -309,6 +331,16 @@ class OccflowWriteOperator(BaseOperator):
         history.wasted_seconds += time.monotonic() - started
         found = outcome.classification or classify(outcome.error)
         raise WriteLost(found, outcome, None)
+
+    @staticmethod
+    def _found_committed(guard: Any) -> WriteOutcome | None:
+        """A retry or a later try first looks for its write in the table (``ExactlyOnce.verify``)."""
+        found = guard.ledger.find_commit(guard.tag)
+        if found is None:
+            return None
+        outcome: WriteOutcome = found.outcome(guard.tag.operation, "already committed by an earlier attempt")
+        outcome.tag["committed_by"] = found.by  # the log says "already committed by try N"
+        return outcome
 
     def before_commit(self) -> None:
         """The check right before a commit; engines call it as late as their API allows.
@@ -349,15 +381,13 @@ class OccflowWriteOperator(BaseOperator):
         """Turn a decision that ends this try into what Airflow understands: reschedule, skip,
         fail fast, or (not a conflict) the engine's own error for Airflow's ordinary retries."""
         partial = self.report(declaration, lost.outcome, history, committed=False)
+        partial["error"] = lost.engine_message
         emit_metrics(partial, self._metrics_since)
         if decision.action is Action.RESCHEDULE:
             store_history(context, history)
-            when = _utcnow() + timedelta(seconds=max(decision.delay_seconds, 1.0))
-            self.log.warning("rescheduling until %s: %s", when.isoformat(), decision.reason)
-            raise AirflowRescheduleException(when)
+            raise AirflowRescheduleException(_utcnow() + timedelta(seconds=max(decision.delay_seconds, 1.0)))
         store_history(context, None)
         if decision.action is Action.SKIP:
-            self.log.info("skipping: %s", decision.reason)
             raise AirflowSkipException(decision.reason)
         if decision.action is Action.FAIL:
             kind = lost.classification.kind
@@ -365,8 +395,8 @@ class OccflowWriteOperator(BaseOperator):
             conflict = conflict_error(kind, str(lost), winner) if kind.is_conflict else None
             raise ConflictFailure(
                 f"{declaration.operation.value} on {declaration.table} lost with {kind.value} and occflow "
-                f"will not retry it: {decision.reason}. {kind.help} "
-                f"(attempts {history.attempts}, {history.wasted_seconds:.1f}s wasted)",
+                f"will not retry it: {sentence(why(decision))} "
+                f"(attempts {history.attempts}, {history.wasted_seconds:.1f}s wasted; engine: {lost.engine_message})",
                 partial,
                 conflict,
             ) from lost
@@ -374,7 +404,8 @@ class OccflowWriteOperator(BaseOperator):
         if lost.error is not None:
             raise lost.error
         raise WriteNotCommitted(
-            f"{declaration.operation.value} on {declaration.table} failed (not a conflict): {lost}"
+            f"{declaration.operation.value} on {declaration.table} failed (not a conflict): {lost.engine_message}",
+            partial,
         )
 
     def _record(self, history: WriteHistory, lost: WriteLost, decision: Decision) -> None:
@@ -387,6 +418,7 @@ class OccflowWriteOperator(BaseOperator):
                     "reason": cls.reason,
                     "winning_commit": cls.to_dict()["winning_commit"],
                     "seconds": None if lost.outcome is None else round(lost.outcome.seconds, 3),
+                    "error": lost.engine_message,
                 }
             )
         history.decisions.append(
@@ -398,10 +430,8 @@ class OccflowWriteOperator(BaseOperator):
                 "reason": decision.reason,
             }
         )
-        self.log.warning(
-            "attempt %d of %s on %s lost: %s -> %s", history.attempts, self.operation, self.table,
-            cls.kind.value, decision.action.value,
-        )
+        self.log.warning("%s", attempt_line(history.attempts, self.operation, self.table, decision,
+                                            cls.kind, lost.engine_message))
 
     def report(
         self,
@@ -427,6 +457,8 @@ class OccflowWriteOperator(BaseOperator):
             "decisions": list(history.decisions),
             "wasted_seconds": round(history.wasted_seconds, 3),
             "tag": {} if outcome is None else dict(outcome.tag),
+            # The engine's message when the write did not commit (``engine_message``).
+            "error": None,
             "fence": self.commit_fence,
             "lease_lost": list(history.lease_losses),
             # What the commit really touched, and what of it the declaration did not cover

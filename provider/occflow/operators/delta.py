@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from airflow.sdk.exceptions import AirflowFailException
 
@@ -13,7 +16,7 @@ from ..core.declaration import EngineProfileWarning, WriteDeclaration
 from ..core.errors import InvalidDeclarationError
 from ..core.observed import ObservedFootprint
 from ..core.operations import Operation
-from ..engines.deltars import CommitOptions, DeltaRsLedger, DeltaRsTable, Where
+from ..engines.deltars import CommitOptions, DeltaRsLedger, DeltaRsTable, Where, column
 from ..engines.deltars.facts import deltars_table_facts
 from ..engines.deltars.observed import observe_deltars_commit
 from ..engines.outcome import WriteOutcome
@@ -51,7 +54,17 @@ class DeltaWriteOperator(OccflowWriteOperator):
         way to write anywhere else.
     :param data: rows to write: a pyarrow table, or ``data(context, snapshot)`` returning one,
         called on every attempt with that attempt's fresh snapshot (a ``DeltaTable``), so a retry
-        writes what a fresh read gives, on the table's current schema.
+        writes what a fresh read gives, on the table's current schema. A callable that names a
+        ``declaration`` parameter also gets the rendered ``WriteDeclaration`` (its
+        ``partitions`` are the rendered partition values), one that names ``partition`` the
+        single partition written (a dict, ``None`` for the whole table).
+    :param create_if_missing: create the table at ``path`` before the write when it does not
+        exist yet, with ``schema`` and ``partition_by``; an existing table is left as it is.
+    :param schema: the columns of a table to create: a pyarrow schema or ``{column: delta
+        type}`` (``string``, ``long``, ``integer``, ``double``, ``boolean``, ``date``,
+        ``timestamp``, ``decimal(p,s)``...).
+    :param partition_by: the partition columns of a table to create; default: the columns the
+        declared partitions name.
     :param merge_keys: MERGE key columns (operation ``merge``).
     :param where: extra equality filter ``{column: value}`` for delete / update / overwrite.
     :param set_values: ``{column: value}`` for update.
@@ -87,6 +100,9 @@ class DeltaWriteOperator(OccflowWriteOperator):
         job: DeltaJob | None = None,
         storage_options: Mapping[str, str] | None = None,
         allow_unsafe_concurrency: bool = False,
+        create_if_missing: bool = False,
+        schema: Any = None,
+        partition_by: Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**_delta_rs_defaults(kwargs))
@@ -119,6 +135,13 @@ class DeltaWriteOperator(OccflowWriteOperator):
         self.properties = dict(properties) if properties else None
         self.job = job
         self.storage_options = dict(storage_options or {})
+        self.create_if_missing = create_if_missing
+        self.schema = schema
+        self.partition_by = None if partition_by is None else tuple(partition_by)
+        if create_if_missing:  # a DAG import error, not a run error
+            self._new_table_schema()
+        elif schema is not None or partition_by is not None:
+            raise InvalidDeclarationError(f"{self.task_id}: schema / partition_by need create_if_missing=True")
 
     @classmethod
     def partial(cls, **kwargs: Any) -> Any:  # type: ignore[override]
@@ -151,11 +174,76 @@ class DeltaWriteOperator(OccflowWriteOperator):
         try:
             if self.derived_location:
                 self.path = default_delta_location(self.table)  # a symlink may have appeared since parse
+            if self.create_if_missing:
+                self._create_table(declaration)
             self._check_profile(declaration)
             self._check_columns(declaration)
         except InvalidDeclarationError as exc:
             raise AirflowFailException(f"{self.task_id}: {exc}; nothing was written") from exc
         return declaration
+
+    def _new_table_schema(self, declaration: WriteDeclaration | None = None) -> tuple[Any, list[str]]:
+        """The pyarrow schema and partition columns of the table ``create_if_missing`` creates;
+        an error naming the column or type that is wrong."""
+        import pyarrow as pa  # optional heavy dependency (delta-rs's Arrow)
+        from deltalake import Field, Schema  # optional heavy dependency
+        from deltalake.schema import PrimitiveType  # optional heavy dependency
+
+        where = f"{self.task_id}: create_if_missing"
+        if isinstance(self.schema, pa.Schema):
+            arrow = self.schema
+        elif isinstance(self.schema, Mapping) and self.schema:
+            fields = []
+            for name, kind in self.schema.items():
+                column(str(name))
+                try:
+                    fields.append(Field(str(name), PrimitiveType(str(kind)), nullable=True))
+                except Exception:  # noqa: BLE001 - delta-rs raises its own error type for a bad type name
+                    raise InvalidDeclarationError(
+                        f"{where}: column {name!r} has type {kind!r}, not a Delta primitive type (string, "
+                        "long, integer, double, boolean, date, timestamp, decimal(p,s), ...)"
+                    ) from None
+            arrow = pa.schema(Schema(fields).to_arrow())
+        else:
+            raise InvalidDeclarationError(
+                f"{where} needs schema=: a pyarrow schema or {{column: delta type}}, got {self.schema!r}"
+            )
+        source = declaration or self.occflow_write
+        declared = sorted({str(k) for spec in source.partitions or () for k in spec})
+        partition_by = list(self.partition_by if self.partition_by is not None else declared)
+        missing = [c for c in partition_by if c not in arrow.names]
+        if missing:
+            raise InvalidDeclarationError(
+                f"{where}: partition column(s) {missing} are not in the schema ({', '.join(arrow.names)})"
+            )
+        return arrow, partition_by
+
+    def _create_table(self, declaration: WriteDeclaration) -> None:
+        """The table at ``path``, created empty when it is not there (``create_if_missing``).
+
+        Before admission: creating commits version 0 of a table no write holds yet. Two tasks
+        creating it at once both end with the table: the second sees delta-rs's "already
+        exists" and finds the first one's table."""
+        table = DeltaRsTable(self.path, self.storage_options or None)
+        if _exists(table):
+            return
+        arrow, partition_by = self._new_table_schema(declaration)
+        outcome = table.create(arrow.empty_table(), partition_by=partition_by)
+        if outcome.committed:
+            self.log.info("created %s at %s (partitioned by %s)", self.table, self.path, partition_by or "nothing")
+        elif not _exists(table):
+            raise InvalidDeclarationError(
+                f"could not create {self.table} at {self.path}: {outcome.error.text if outcome.error else outcome}"
+            )
+
+    def commit_url(self, report: Mapping[str, Any]) -> str | None:
+        """The committed version's file in the table's Delta log (``WriteCommitLink``)."""
+        version = report.get("version")
+        return None if version is None else _log_url(self.path, f"{int(version):020d}.json")
+
+    def table_history_url(self, report: Mapping[str, Any]) -> str | None:
+        """The table's Delta log, every commit in it (``TableHistoryLink``)."""
+        return _log_url(self.path, "")
 
     def _check_profile(self, declaration: WriteDeclaration) -> None:
         """The table's facts, read from its log, against the declared profile: one they
@@ -212,11 +300,13 @@ class DeltaWriteOperator(OccflowWriteOperator):
         op = declaration.operation
         where = Where.equals(self.where) if self.where else None
         if op is Operation.INSERT_INTO:
-            return table.append(self._rows(context, snapshot), snapshot=snapshot, commit=commit)
+            return table.append(self._rows(context, snapshot, declaration), snapshot=snapshot, commit=commit)
         if op is Operation.INSERT_OVERWRITE:
-            return table.overwrite(self._rows(context, snapshot), where=where, partition=partition, snapshot=snapshot, commit=commit)
+            rows = self._rows(context, snapshot, declaration)
+            return table.overwrite(rows, where=where, partition=partition, snapshot=snapshot, commit=commit)
         if op is Operation.MERGE:
-            return table.merge(self._rows(context, snapshot), self.merge_keys, partition=partition, snapshot=snapshot, commit=commit)
+            rows = self._rows(context, snapshot, declaration)
+            return table.merge(rows, self.merge_keys, partition=partition, snapshot=snapshot, commit=commit)
         if op is Operation.DELETE:
             return table.delete(where, partition=partition, snapshot=snapshot, commit=commit)
         if op is Operation.TRUNCATE:
@@ -229,14 +319,55 @@ class DeltaWriteOperator(OccflowWriteOperator):
             return table.add_columns(self.add_columns, snapshot=snapshot, commit=commit)
         return table.set_properties(self.properties or {}, snapshot=snapshot, commit=commit)
 
-    def _rows(self, context: Any, snapshot: Any) -> Any:
-        return self.data(context, snapshot) if callable(self.data) else self.data
+    def _rows(self, context: Any, snapshot: Any, declaration: WriteDeclaration) -> Any:
+        if not callable(self.data):
+            return self.data
+        return self.data(context, snapshot, **data_arguments(self.data, declaration))
 
     def observe_commit(self, outcome: WriteOutcome) -> ObservedFootprint | None:
         """What the committed version really touched, read from the table's Delta log."""
         if outcome.version is None:
             return None  # nothing committed (a change to nothing), or settled by exactly-once
         return observe_deltars_commit(self.path, outcome.version, self.storage_options or None)
+
+
+def data_arguments(data: Callable[..., Any], declaration: WriteDeclaration) -> dict[str, Any]:
+    """The keyword arguments a ``data`` callable asks for by name: ``declaration`` (the rendered
+    declaration) and ``partition`` (its single partition, or ``None``); a ``**kwargs`` callable
+    gets both. ``data(context, snapshot)`` gets neither, as before."""
+    try:
+        parameters = inspect.signature(data).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: the two positional arguments
+        return {}
+    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    offered = {
+        "declaration": lambda: declaration,
+        "partition": lambda: None if not declaration.partitions or len(declaration.partitions) != 1
+        else dict(declaration.partitions[0]),
+    }
+    return {
+        name: make() for name, make in offered.items()
+        if takes_all or (name in parameters and parameters[name].kind is not inspect.Parameter.POSITIONAL_ONLY)
+    }
+
+
+def _exists(table: DeltaRsTable) -> bool:
+    try:
+        table.load()
+    except Exception:  # noqa: BLE001 - delta-rs raises TableNotFoundError (a DeltaError) when absent
+        return False
+    return True
+
+
+def _log_url(location: str, name: str) -> str:
+    """A file in the table's ``_delta_log`` as a URL: ``file://`` for a local path, the
+    location's own scheme (``s3://``, ``gs://``, ``abfss://``) otherwise."""
+    if urlsplit(location).scheme in ("", "file") or Path(location).is_absolute():
+        local = Path(urlsplit(location).path if location.startswith("file:") else location).resolve()
+        url = (local / "_delta_log").as_uri() + "/"
+    else:
+        url = location.rstrip("/") + "/_delta_log/"
+    return url + name
 
 
 # Built-in operations whose predicate (where=, partitions) names columns.

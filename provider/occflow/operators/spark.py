@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -23,6 +24,7 @@ from ..engines.outcome import WriteOutcome
 from ..engines.spark import SparkConfig, SparkEngine
 from ..engines.spark.facts import ENGINES as FACT_FORMATS
 from ..engines.spark.facts import spark_table_facts
+from ..engines.spark.identifiers import quote_table, split_table
 from ..engines.spark.observed import observe_iceberg_snapshot
 from ..hooks.spark import DEFAULT_CONN_ID, OccflowSparkHook
 from .base import OccflowWriteOperator
@@ -104,6 +106,10 @@ class SparkWriteOperator(OccflowWriteOperator):
     :param occflow_spark_conn_id: the ``occflow_spark`` connection (default: embedded local).
     :param spark_config: a config dict used instead of a connection (keys of ``SparkConfig``).
     :param job_params: extra string parameters for a callable / application job (templated).
+    :param create_if_missing: ``CREATE TABLE IF NOT EXISTS`` the table before the write (in the
+        connection's table format, its database / namespace too), with ``schema`` ``{column:
+        Spark SQL type}`` and ``partition_by`` (default: the declared partition columns). Every
+        name is quoted and every type checked against Spark's type names: nothing else reaches SQL.
     """
 
     template_fields: Sequence[str] = ("partitions", "sql", "job_params")
@@ -117,6 +123,9 @@ class SparkWriteOperator(OccflowWriteOperator):
         occflow_spark_conn_id: str = DEFAULT_CONN_ID,
         spark_config: Mapping[str, Any] | None = None,
         job_params: Mapping[str, str] | None = None,
+        create_if_missing: bool = False,
+        schema: Mapping[str, str] | None = None,
+        partition_by: Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
         sql = sql_of(job)
@@ -139,6 +148,13 @@ class SparkWriteOperator(OccflowWriteOperator):
         self.occflow_spark_conn_id = occflow_spark_conn_id
         self.spark_config = dict(spark_config) if spark_config is not None else None
         self.job_params = dict(job_params or {})
+        self.create_if_missing = create_if_missing
+        self.schema = dict(schema) if schema is not None else None
+        self.partition_by = None if partition_by is None else tuple(partition_by)
+        if create_if_missing:  # a bad column, type or partition column fails the DAG import
+            table_columns(self.schema, self._partition_columns(self.occflow_write), self.task_id)
+        elif schema is not None or partition_by is not None:
+            raise InvalidDeclarationError(f"{self.task_id}: schema / partition_by need create_if_missing=True")
         self.occflow_write, sql_catalog = spark_declaration(self.occflow_write, self.spark_config)
         if self.sql is not None and not templated(self.sql):
             checked_sql(self.sql, self.occflow_write, sql_catalog, self.task_id)  # a DAG import error
@@ -147,6 +163,9 @@ class SparkWriteOperator(OccflowWriteOperator):
 
     def declare(self) -> WriteDeclaration:
         declaration = declare_spark_write(self, super().declare())
+        if self.create_if_missing:
+            # Before the table's facts are read; CREATE ... IF NOT EXISTS conflicts with no write.
+            self.create_table(declaration)
         if self.sql is None:
             return declaration
         try:
@@ -182,6 +201,22 @@ class SparkWriteOperator(OccflowWriteOperator):
         self.log.info("declared from the SQL and the table: %s", "; ".join(why_of(derived, facts)))
         return replace(declaration, profile=profile, engine_profile=profile.name, partitions=partitions,
                        reads_whole_table=reads_whole)
+
+    def _partition_columns(self, declaration: WriteDeclaration) -> list[str]:
+        if self.partition_by is not None:
+            return list(self.partition_by)
+        return sorted({str(k) for spec in declaration.partitions or () for k in spec})
+
+    def create_table(self, declaration: WriteDeclaration) -> None:
+        """``CREATE TABLE IF NOT EXISTS`` (and its namespace) in the session's table format."""
+        engine = spark_engine(self.session_config())
+        name = engine.format.qualify(self.table) if hasattr(engine.format, "qualify") else self.table
+        statements = create_table_sql(engine.format.name, name, self.schema or {},
+                                      self._partition_columns(declaration), self.task_id)
+        spark = engine.session()
+        for statement in statements:
+            spark.sql(statement)
+        self.log.info("ensured the table exists: %s", statements[-1])
 
     def report(self, declaration: WriteDeclaration, *args: Any, **kwargs: Any) -> dict[str, Any]:
         out = super().report(declaration, *args, **kwargs)
@@ -227,6 +262,70 @@ class SparkWriteOperator(OccflowWriteOperator):
         if engine.format.name != "iceberg" or outcome.snapshot_id is None:
             return None
         return observe_iceberg_snapshot(engine.session(), engine.format.qualify(self.table), outcome.snapshot_id)
+
+
+#: Spark SQL type names a created table's columns may have (``DECIMAL(p, s)`` and
+#: ``VARCHAR(n)`` / ``CHAR(n)`` with their numbers): the whole type must match, so no text a DAG
+#: passes as a "type" reaches the statement.
+_SPARK_TYPE = re.compile(
+    r"^(?:STRING|BIGINT|LONG|INT|INTEGER|SMALLINT|SHORT|TINYINT|BYTE|DOUBLE|FLOAT|REAL|BOOLEAN|"
+    r"DATE|TIMESTAMP|TIMESTAMP_NTZ|TIMESTAMP_LTZ|BINARY|"
+    r"DECIMAL(?:\(\s*\d{1,2}\s*(?:,\s*\d{1,2}\s*)?\))?|(?:VAR)?CHAR\(\s*\d{1,5}\s*\))$",
+    re.IGNORECASE,
+)
+_COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_USING = {"iceberg": "iceberg", "delta": "delta", "parquet": "parquet", "hive": "hive"}
+
+
+def table_columns(schema: Mapping[str, str] | None, partition_by: Sequence[str], where: str) -> list[tuple[str, str]]:
+    """``schema`` checked: each column a name, each type a Spark type name, each partition
+    column one of the columns; an error naming what is wrong otherwise."""
+    if not schema:
+        raise InvalidDeclarationError(f"{where}: create_if_missing needs schema={{column: Spark SQL type}}")
+    columns = []
+    for name, kind in schema.items():
+        if not isinstance(name, str) or not _COLUMN.match(name):
+            raise InvalidDeclarationError(
+                f"{where}: create_if_missing: invalid column name {name!r}: use letters, digits and "
+                "underscores, not starting with a digit"
+            )
+        if not isinstance(kind, str) or not _SPARK_TYPE.match(kind.strip()):
+            raise InvalidDeclarationError(
+                f"{where}: create_if_missing: column {name!r} has type {kind!r}; use a Spark SQL type name "
+                "(STRING, BIGINT, INT, DOUBLE, BOOLEAN, DATE, TIMESTAMP, DECIMAL(p,s), ...)"
+            )
+        columns.append((name, kind.strip().upper()))
+    missing = [c for c in partition_by if c not in schema]
+    if missing:
+        raise InvalidDeclarationError(
+            f"{where}: create_if_missing: partition column(s) {missing} are not in the schema ({', '.join(schema)})"
+        )
+    return columns
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def create_table_sql(
+    table_format: str, table: str, schema: Mapping[str, str], partition_by: Sequence[str], where: str
+) -> list[str]:
+    """The statements that create ``table`` when it is missing: its namespace, then the table,
+    every identifier backquoted and every type checked (``table_columns``)."""
+    columns = table_columns(schema, partition_by, where)
+    using = _USING.get(table_format)
+    if using is None:
+        raise InvalidDeclarationError(f"{where}: create_if_missing: cannot create a {table_format!r} table")
+    parts = split_table(table)
+    statements = []
+    if len(parts) > 1:
+        statements.append("CREATE NAMESPACE IF NOT EXISTS " + ".".join(_quoted(p) for p in parts[:-1]))
+    body = ", ".join(f"{_quoted(name)} {kind}" for name, kind in columns)
+    create = f"CREATE TABLE IF NOT EXISTS {quote_table(table)} ({body}) USING {using}"
+    if partition_by:
+        create += " PARTITIONED BY (" + ", ".join(_quoted(c) for c in partition_by) + ")"
+    statements.append(create)
+    return statements
 
 
 def sql_operation(sql: SqlText | None, kwargs: Mapping[str, Any]) -> str:

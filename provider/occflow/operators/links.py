@@ -1,0 +1,65 @@
+"""Extra links from a write task to what it committed, where the engine has a URL for it.
+
+Airflow 3 computes an operator's extra links in the task's own process when the try ends
+(``finalize``) and keeps each as an XCom (``_link_<class name>``) that the UI shows as a button;
+the classes are registered in ``get_provider_info()["extra-links"]`` so the API server can
+deserialize DAGs that use them.
+
+Both links read the task's write report (its ``return_value`` XCom) and ask the operator for the
+URL (``commit_url`` / ``table_history_url``): delta-rs has one (the commit's JSON file in the
+table's ``_delta_log``, a ``file://`` or object-store URL); Spark and spark-submit do not, and a
+task with no committed write gets an empty link, which the UI does not show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from airflow.sdk import BaseOperatorLink
+from airflow.sdk.bases.xcom import BaseXCom
+
+#: The XCom key of the write report (the value ``execute`` returns).
+REPORT_KEY = "return_value"
+
+
+def write_report(ti_key: Any) -> Mapping[str, Any] | None:
+    """The write report of the task instance ``ti_key`` names, or ``None``."""
+    try:
+        value = BaseXCom.get_value(ti_key=ti_key, key=REPORT_KEY)
+    except Exception:  # noqa: BLE001 - no XCom (the try failed before returning): no link
+        return None
+    return value if isinstance(value, Mapping) else None
+
+
+def _ask(operator: Any, method: str, report: Mapping[str, Any] | None) -> str:
+    if report is None or not report.get("committed"):
+        return ""
+    found = getattr(operator, method, None)
+    url = found(report) if callable(found) else None
+    return str(url) if url else ""
+
+
+class WriteCommitLink(BaseOperatorLink):
+    """The commit the write made (delta-rs: ``_delta_log/<version>.json``)."""
+
+    name = "Table commit"
+
+    def get_link(self, operator: Any, *, ti_key: Any) -> str:
+        return _ask(operator, "commit_url", write_report(ti_key))
+
+
+class TableHistoryLink(BaseOperatorLink):
+    """The table's history, where the commit sits among the others (delta-rs: ``_delta_log/``)."""
+
+    name = "Table history"
+
+    def get_link(self, operator: Any, *, ti_key: Any) -> str:
+        return _ask(operator, "table_history_url", write_report(ti_key))
+
+
+#: What ``get_provider_info()["extra-links"]`` lists.
+EXTRA_LINKS = (
+    f"{__name__}.WriteCommitLink",
+    f"{__name__}.TableHistoryLink",
+)

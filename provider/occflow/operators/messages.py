@@ -1,0 +1,86 @@
+"""What the write operators say about an attempt that did not commit, for a person to act on:
+the engine's own message (class and text, not only the class), one log line per such attempt
+with what happens next, and which try made a commit a later try found in the table."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from ..core.advice import kind_help
+from ..core.kinds import ConflictKind
+from ..core.policy import Action, Decision
+from ..engines.outcome import WriteOutcome
+
+# A JVM stack frame line ("\tat org.apache.spark...(File.java:12)"): where a Py4J message's own
+# text ends; the frames are in the task log's traceback already.
+_JVM_FRAME = re.compile(r"^\s+at [\w$.<>]+\(")
+
+
+def engine_message(outcome: WriteOutcome | None, error: BaseException | None) -> str:
+    """The engine's own error as a person reads it: ``Class: message`` (the outermost exception,
+    whole but for a JVM stack), e.g. ``SchemaMismatchError: Cannot cast schema, ...``, not only
+    the class name."""
+    if outcome is not None and outcome.error is not None:
+        info = outcome.error
+        message = next((m.strip() for m in info.messages if m and m.strip()), "")
+        name = info.exception_class
+    elif error is not None:
+        message, name = str(error).strip(), type(error).__name__
+    else:
+        return "no error recorded"
+    lines = message.splitlines()
+    cut = next((i for i, line in enumerate(lines) if _JVM_FRAME.match(line)), len(lines))
+    message = "\n".join(lines[:cut]).strip()
+    return f"{name}: {message}" if message else name
+
+
+def attempt_line(attempt: int, operation: str, table: str, decision: Decision, kind: ConflictKind, message: str) -> str:
+    """The one log line for an attempt that did not commit: what it lost to (or that it failed
+    without a conflict, with the engine's message) and what happens next."""
+    what = f"attempt {attempt} of {operation} on {table}"
+    if not kind.is_conflict:
+        return (f"{what} failed (not a conflict): {message}; occflow does not retry it, "
+                "the task's ordinary retries decide")
+    next_step = {
+        Action.RETRY: f"retrying in {decision.delay_seconds:.1f}s from a fresh snapshot",
+        Action.RESCHEDULE: f"rescheduling the task in {max(decision.delay_seconds, 1.0):.0f}s",
+        Action.SKIP: "skipping the task",
+        Action.FAIL: "failing the task without retries",
+    }.get(decision.action, decision.action.value)
+    return f"{what} lost a write conflict ({kind.value}); {next_step}: {why(decision)}"
+
+
+def fitted_to_engine(decision: Decision, engine: str) -> Decision:
+    """A fail-fast decision whose reason is its kind's generic help, worded for ``engine``
+    (``core.advice``): delta-rs's protocol change is not fixed by upgrading delta-rs."""
+    generic = decision.kind.help
+    if decision.action is Action.FAIL and decision.reason.endswith(generic):
+        return replace(decision, reason=decision.reason[: -len(generic)] + kind_help(decision.kind, engine))
+    return decision
+
+
+def why(decision: Decision) -> str:
+    """The decision's reason without the ``kind:`` prefix the policy puts before it."""
+    prefix = f"{decision.kind.value}: "
+    return decision.reason[len(prefix):] if decision.reason.startswith(prefix) else decision.reason
+
+
+def sentence(text: str) -> str:
+    """``text`` ending in exactly one full stop (a reason that already ends in one keeps it)."""
+    text = text.rstrip()
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
+def committed_by(tag: Mapping[str, Any]) -> str:
+    """``try N`` from a settled outcome's tag (``committed_by``, or the reason's own words)."""
+    by = tag.get("committed_by")
+    if by:
+        return str(by)
+    reason = str(tag.get("exactly_once", ""))
+    prefix = "already committed by "
+    if reason.startswith(prefix):
+        return reason[len(prefix):].split(":", 1)[0]
+    return "an earlier attempt"
