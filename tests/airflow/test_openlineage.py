@@ -30,8 +30,7 @@ pytestmark = pytest.mark.airflow
 
 _AIRFLOW = Path(sys.executable).with_name("airflow")
 
-# The operator: DeltaWriteOperator once OccflowWriteOperator has the mixin among its bases and
-# keeps its report (``occflow_report``), else a subclass that adds what is missing.
+# The operator itself: OccflowWriteOperator has the mixin among its bases and keeps its report.
 DAG_HEAD = '''
 import pathlib
 import pendulum
@@ -42,19 +41,8 @@ from occflow.engines.deltars import CommitOptions, DeltaRsTable
 from occflow.operators.delta import DeltaWriteOperator
 from occflow.operators.lineage import OpenLineageMixin
 
-if issubclass(DeltaWriteOperator, OpenLineageMixin) and hasattr(DeltaWriteOperator, "occflow_report"):
-    Writer = DeltaWriteOperator
-else:
-    # Until operators/base.py has them: the mixin among the bases, and the report of the try
-    # kept on the operator (what get_openlineage_facets_on_complete reads).
-    bases = (DeltaWriteOperator,) if issubclass(DeltaWriteOperator, OpenLineageMixin) else (OpenLineageMixin, DeltaWriteOperator)
-
-    class Writer(*bases):
-        occflow_report = None
-
-        def write(self, declaration, lease, context):
-            self.occflow_report = super().write(declaration, lease, context)
-            return self.occflow_report
+assert issubclass(DeltaWriteOperator, OpenLineageMixin)
+Writer = DeltaWriteOperator
 
 PATH = {path!r}
 MARK = {mark!r}

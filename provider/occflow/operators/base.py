@@ -440,8 +440,9 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
         history: WriteHistory,
         committed: bool | None = None,
     ) -> dict[str, Any]:
-        """The XCom payload: what was written, where, after how many attempts and conflicts."""
-        return {
+        """The XCom payload: what was written, where, after how many attempts and conflicts
+        (kept as ``occflow_report`` too, for the OpenLineage facets: ``lineage.py``)."""
+        self.occflow_report = report = {
             "table": declaration.table,
             "operation": declaration.operation.value,
             "profile": declaration.profile.name,
@@ -457,15 +458,14 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
             "decisions": list(history.decisions),
             "wasted_seconds": round(history.wasted_seconds, 3),
             "tag": {} if outcome is None else dict(outcome.tag),
-            # The engine's message when the write did not commit (``engine_message``).
-            "error": None,
+            "error": None,  # the engine's message when the write did not commit (``engine_message``)
             "fence": self.commit_fence,
             "lease_lost": list(history.lease_losses),
-            # What the commit really touched, and what of it the declaration did not cover
-            # (``core.observed``): filled in once the write committed.
+            # What the commit touched, and what of it the declaration did not cover (``core.observed``)
             "observed_footprint": None,
             "footprint_exceeded": None,
         }
+        return report
 
     # ------------------------------------------------------------------ engine-specific
 

@@ -67,6 +67,9 @@ class OpenLineageMixin:
     operator, and ``path`` (delta-rs) or ``session_config()`` (Spark) for the table's location.
     """
 
+    #: This try's write report; ``OccflowWriteOperator.report`` sets it.
+    occflow_report: dict[str, Any] | None = None
+
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         return self._openlineage_lineage(task_instance, failed=False)
 
