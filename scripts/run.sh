@@ -4,6 +4,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
+# --deployed: the same on Celery workers, a Spark standalone cluster and PostgreSQL (docs/deployment.md).
+for arg in "$@"; do
+  if [ "$arg" = "--deployed" ]; then
+    exec .venv/bin/python scripts/run_deployed.py "$@"
+  fi
+done
 if [ -f scripts/run_examples.py ]; then
   exec .venv/bin/python scripts/run_examples.py "$@"
 fi

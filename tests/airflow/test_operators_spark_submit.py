@@ -4,7 +4,8 @@ The first try submits the driver and is killed by its ``execution_timeout`` whil
 (a separate process group) is still starting its JVM; Airflow retries the task; the next try
 finds the outcome path in the task state store, sees the driver running and reconnects to it
 instead of submitting the write again (on a slow machine several tries may time out; each one
-reconnects). Exactly one driver runs and the rows are written once.
+reconnects). Exactly one driver runs and the rows are written once, and the driver's commit
+carries the task's commit tag (exactly-once covers spark-submit writes).
 """
 
 from __future__ import annotations
@@ -58,15 +59,25 @@ with DAG("submit_resume", schedule=None, start_date=pendulum.datetime(2024, 1, 1
         spark.sql(f"REFRESH TABLE {{T}}")
         return sorted(r["id"] for r in spark.sql(f"SELECT id FROM {{T}}").collect())
 
-    create_table() >> write >> table_content()
+    @task
+    def tagged_commits():
+        spark = spark_engine(OccflowSparkHook().session_config()).session()
+        return [r["snapshot_id"] for r in spark.sql(
+            f"SELECT snapshot_id, summary FROM {{T}}.snapshots").collect()
+            if (r["summary"] or {{}}).get("occflow.task-id") == "append_day"]
+
+    create_table() >> write >> [table_content(), tagged_commits()]
 '''
     )
     task = run.task("append_day")
     assert task.state == "success"
     assert len(task.tries) >= 2 and task.tries[0].state in ("up_for_retry", "failed")
-    # One driver: one outcome (and one state file) for all the tries.
-    outcomes = sorted(p.name for p in submit_dir.rglob("*.json") if not p.name.endswith(".job.json"))
+    # One driver: one outcome (and one state file, one application file) for all the tries.
+    outcomes = sorted(p.name for p in submit_dir.rglob("*.json") if not p.name.endswith((".job.json", ".app.json")))
     assert len(outcomes) == 1, outcomes
+    assert len(list(submit_dir.rglob("*.app.json"))) == 1  # one application started
     assert run.task("table_content").xcom["return_value"] == [1, 2]
     report = task.xcom["return_value"]
     assert report["committed"] and report["snapshot_id"]
+    # The driver tagged its commit with the task's write id (exactly-once covers spark-submit).
+    assert run.task("tagged_commits").xcom["return_value"] == [report["snapshot_id"]]

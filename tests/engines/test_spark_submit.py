@@ -20,6 +20,7 @@ from occflow.core.kinds import ConflictKind
 from occflow.engines.spark import ApplicationJob, CallableJob, JobContext, SparkConfig, SparkEngine
 from occflow.engines.spark.iceberg import current_snapshot, pinned_session
 from occflow.engines.spark.submit import SubmitError, SubmittedJob, read_outcome, submit_job
+from occflow.engines.tags import CommitTag
 
 pytestmark = pytest.mark.spark
 
@@ -169,3 +170,54 @@ def test_driver_rejects_bad_arguments_with_exit_status_2(tmp_path: Path) -> None
     assert proc.returncode == 2, proc.stderr
     assert "bad table identifier" in proc.stderr
     assert not (tmp_path / "o.json").exists()
+
+
+def _tag() -> CommitTag:
+    return CommitTag.create("dag_submit", "write", "run_1", "insert_into", logical_date="2024-01-01T00:00:00+00:00",
+                            partitions={"ds": "t"}, try_number=1, fence=7)
+
+
+def test_submit_ledger_reads_the_tags_spark_reads_without_a_session(
+    iceberg_engine: SparkEngine, iceberg_table: str, spark_home: Path
+) -> None:
+    """The caller-side ledger reads the JDBC catalog and the metadata file directly; Iceberg's
+    own ``snapshots`` table, read through Spark (``IcebergLedger``), is the oracle."""
+    from occflow.engines.spark.iceberg import iceberg_commit_properties
+    from occflow.engines.spark.submit_ledger import SubmitLedger
+
+    spark = iceberg_engine.session()
+    tag = _tag()
+    with iceberg_commit_properties(spark, tag):
+        spark.sql(f"INSERT INTO {iceberg_table} VALUES (60, 't', 1)")
+    ledger = SubmitLedger(_config(spark_home), iceberg_table.removeprefix("lake."))
+    found = ledger.find_commit(tag)
+    oracle = iceberg_engine.format.commit_ledger(spark, iceberg_table).find_commit(tag)
+    assert found is not None and oracle is not None
+    assert (found.snapshot_id, found.version, found.tag.fence) == (oracle.snapshot_id, oracle.version, 7)
+    assert [c.snapshot_id for c in ledger.tagged_commits()] == [oracle.snapshot_id]
+    other = CommitTag.create("dag_submit", "other", "run_1", "insert_into")
+    assert ledger.find_commit(other) is None
+    assert list(SubmitLedger(_config(spark_home), "db.no_such_table").tagged_commits()) == []
+
+
+@pytest.mark.slow
+def test_tagged_driver_tags_its_commit_and_a_second_driver_of_the_same_write_does_not_commit(
+    iceberg_engine: SparkEngine, iceberg_table: str, spark_home: Path, tmp_path: Path
+) -> None:
+    tag = _tag()
+    sql = f"INSERT INTO {iceberg_table} VALUES (70, 't', 1), (71, 't', 2)"
+    first = submit_job(sql, iceberg_table, tmp_path / "one.json", config=_config(spark_home), tag=tag)
+    done = first.wait(timeout=DRIVER_TIMEOUT)
+    assert done.committed and "exactly_once" not in done.tag, (done.error, first.log_tail())
+    assert first.application() is not None and first.application()["application_id"].startswith("local-")
+    summary = iceberg_engine.session().sql(
+        f"SELECT summary FROM {iceberg_table}.snapshots WHERE snapshot_id = {done.snapshot_id}"
+    ).collect()[0][0]
+    assert summary["occflow.write-id"] == tag.write_id and summary["occflow.fence"] == "7"
+    # A second driver of the same logical write (a retry that could not reconnect) finds the commit.
+    second = submit_job(sql, iceberg_table, tmp_path / "two.json", config=_config(spark_home), tag=tag)
+    again = second.wait(timeout=DRIVER_TIMEOUT)
+    assert again.committed and again.snapshot_id == done.snapshot_id, (again, second.log_tail())
+    assert "already committed" in again.tag["exactly_once"]
+    rows = iceberg_engine.session().sql(f"SELECT count(*) FROM {iceberg_table} WHERE ds = 't'").collect()[0][0]
+    assert rows == 2  # written once

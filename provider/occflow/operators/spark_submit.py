@@ -5,6 +5,11 @@ outcome path is the job's external id for Airflow 3.3's ``ResumableJobMixin``: i
 the task's state store before the operator waits, so a retry after a worker crash finds the
 driver still running and reconnects to it instead of submitting the same write twice; a driver
 that already committed is not run again.
+
+Exactly-once covers the driver's commit: the write's commit tag goes to the driver
+(``submit_job(tag=...)``), which puts it on the commit and checks the table for it right before
+committing; the operator's ledger (``SubmitLedger``) reads the same table history, so a later try
+whose driver died after its commit (no outcome written) finds the commit instead of writing again.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from ..engines.ledger import CommitLedger
 from ..engines.outcome import WriteOutcome
 from ..engines.spark import CallableJob, SubmitError, SubmittedJob, read_outcome
 from ..engines.spark import submit_job as submit_driver
+from ..engines.spark.submit_ledger import SubmitLedger, submit_tag
 from ..hooks.spark import DEFAULT_CONN_ID, OccflowSparkHook, embedded_home
 from .base import OccflowWriteOperator
 from .spark import (
@@ -128,6 +134,10 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
         if isinstance(job, str) and self.sql is None:
             job = CallableJob.from_reference(job)
         params = {**partition_params(declaration), **{k: str(v) for k, v in self.job_params.items()}}
+        if ti is not None:  # the application's name on the cluster says which task try it is
+            config["app_name"] = _safe(f"occflow.{ti.dag_id}.{ti.task_id}.{ti.map_index}.try{ti.try_number}")
+        # A new driver only while the lease is live and the write is not in the table yet.
+        self.before_commit()
         submitted = submit_driver(
             job,
             declaration.table,
@@ -136,6 +146,7 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
             config=config,
             params=params,
             py_files=self.py_files,
+            tag=submit_tag(),
         )
         self.log.info("submitted driver pid %s, outcome %s, log %s", submitted.pid, path, submitted.log_path)
         self._attempt_state["path"] = str(path)
@@ -174,9 +185,12 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
         return OccflowSparkHook(self.occflow_spark_conn_id).session_config()
 
     def commit_ledger(self, table: str, only_if: Mapping[str, str] | None = None) -> CommitLedger | None:
-        # The driver commits in another process, so its commits carry no tag to look for
-        # (docs/exactly-once.md); the resumable outcome path is what prevents a second write.
-        return None
+        """The table's ledger read from this process; the driver carries the tag
+        (``SubmitLedger``). Commits name no task, so ``only_if`` does not apply."""
+        config = self.session_config()
+        if config.get("table_format", "iceberg") not in ("iceberg", "delta"):
+            return None  # plain Parquet/Hive tables keep no history to find a tag in
+        return SubmitLedger(config, table)
 
     def on_kill(self) -> None:
         # A durable driver outlives the task on purpose: the next try reconnects to it.

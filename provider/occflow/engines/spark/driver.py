@@ -9,6 +9,13 @@ seconds; or the failure's exception class, error class, Java cause chain and cla
 is written to PATH atomically: a reader sees the whole file or none. Exit status: 0 committed,
 1 the job failed (outcome written), 2 the arguments were wrong.
 
+``--tag JSON`` (the write's commit tag as properties, ``CommitTag.properties``): the commit
+carries it (the table format's ``tagging``), and right before the commit the driver looks for it
+in the table; if another try's driver already committed this write, this one does not commit
+and reports that commit as its outcome (``exactly_once`` in its tag). Once the session is up the
+driver writes ``PATH.app.json`` (application id, master, host, pid) so that a caller can follow
+it on the cluster.
+
 Imports are absolute because spark-submit runs this file as a script, not as a module.
 """
 
@@ -17,16 +24,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from occflow.core.errors import InvalidDeclarationError
+from occflow.core.operations import parse_operation
+from occflow.engines.ledger import AlreadyCommitted
+from occflow.engines.outcome import WriteOutcome
 from occflow.engines.spark.config import SparkConfig
 from occflow.engines.spark.jobs import ApplicationJob, CallableJob, SqlJob
 from occflow.engines.spark.session import SparkEngine
 from occflow.engines.spark.submit import write_atomically
+from occflow.engines.tags import CommitTag
 
 EXIT_COMMITTED = 0
 EXIT_FAILED = 1
@@ -40,6 +52,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--operation", help="canonical operation (default: parsed from the SQL)")
     p.add_argument("--config", help="SparkConfig as JSON, or @FILE holding it")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="job parameter")
+    p.add_argument("--tag", help="the write's commit tag as a JSON object of properties")
     job = p.add_mutually_exclusive_group(required=True)
     job.add_argument("--sql", help="SQL text (several statements separated by ;)")
     job.add_argument("--sql-file", help="file with SQL text")
@@ -80,12 +93,63 @@ def _params(items: list[str]) -> dict[str, str]:
     return out
 
 
+def _tag(text: str | None) -> CommitTag | None:
+    if not text:
+        return None
+    props = json.loads(text)
+    if not isinstance(props, dict):
+        raise ValueError(f"--tag must be a JSON object of commit properties, got {type(props).__name__}")
+    tag = CommitTag.from_properties(props)
+    if tag is None:
+        raise ValueError(f"--tag holds no occflow write id: {props!r}")
+    return tag
+
+
+def run_tagged(engine: SparkEngine, job: Any, table: str, operation: str | None, params: dict[str, str],
+               tag: CommitTag | None) -> WriteOutcome:
+    """Run the job; with a tag, its commit carries the tag and is skipped if the write already landed."""
+    if tag is None:
+        return engine.run(job, table, operation, params=params)
+    ledger = engine.format.commit_ledger(engine.session(), table)
+    if ledger is None:  # plain Parquet/Hive: no history to put the tag in
+        return engine.run(job, table, operation, params=params)
+
+    def before_commit() -> None:
+        try:
+            found = ledger.find_commit(tag)
+        except Exception as exc:  # a table the job creates has no history yet: nothing landed
+            if "TABLE_OR_VIEW_NOT_FOUND" in str(exc):
+                return
+            raise
+        if found is not None:
+            raise AlreadyCommitted(f"{tag.describe()} is already in {found.describe()}", found)
+
+    try:
+        with ledger.tagging(tag):
+            return engine.run(job, table, operation, params=params, before_commit=before_commit)
+    except AlreadyCommitted as done:
+        assert done.found is not None
+        op = parse_operation(operation) if operation else tag.operation
+        settled = done.found.outcome(op, f"already committed by {done.found.by}: found by the driver right "
+                                         "before its commit; this driver did not commit again")
+        return settled
+
+
+def _report_application(outcome_path: str, engine: SparkEngine) -> dict[str, Any]:
+    sc = engine.session().sparkContext
+    app = {"application_id": sc.applicationId, "master": sc.master, "host": socket.gethostname(),
+           "pid": os.getpid()}
+    write_atomically(outcome_path + ".app.json", json.dumps(app, sort_keys=True))
+    return app
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         config = SparkConfig.from_dict(_load_config(args.config))
         job = _job(args)
         params = _params(args.param)
+        tag = _tag(args.tag)
         engine = SparkEngine(config)
     except (InvalidDeclarationError, ValueError, OSError) as exc:
         print(f"occflow driver: {exc}", file=sys.stderr)
@@ -95,14 +159,15 @@ def main(argv: list[str] | None = None) -> int:
         from pyspark.sql import SparkSession  # optional heavy dependency
 
         engine.attach(SparkSession.builder.getOrCreate())
+    app = _report_application(args.outcome, engine)
     start = time.perf_counter()
     try:
-        outcome = engine.run(job, args.table, args.operation, params=params)
+        outcome = run_tagged(engine, job, args.table, args.operation, params, tag)
     except InvalidDeclarationError as exc:
         print(f"occflow driver: {exc}", file=sys.stderr)
         return EXIT_BAD_ARGS
     data = json.loads(outcome.to_json())
-    data["driver"] = {"pid": os.getpid(), "seconds_total": round(time.perf_counter() - start, 3)}
+    data["driver"] = {**app, "seconds_total": round(time.perf_counter() - start, 3)}
     write_atomically(args.outcome, json.dumps(data, sort_keys=True))
     return EXIT_COMMITTED if outcome.committed else EXIT_FAILED
 

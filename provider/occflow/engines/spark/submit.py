@@ -6,6 +6,20 @@ knows the outcome path can ``SubmittedJob.reconnect`` to it later (an Airflow wo
 task, a trigger polling it) and ``poll`` / ``wait`` for the ``WriteOutcome``. A driver that dies
 without an outcome becomes a failed outcome whose error is the log tail, classified like any
 other error text, so a crash is never mistaken for success.
+
+Exactly-once reaches the driver: ``submit_job(..., tag=...)`` passes the write's commit tag
+(``engines.tags``) on the driver's command line; the driver puts it on its commit (Iceberg's
+snapshot summary, Delta's txn and user metadata: the format's own ``tagging``) and, right
+before the commit, looks for it in the table (another try's driver may have committed the
+write): found, the driver does not commit and reports the earlier commit as its outcome. On the
+caller's side ``submit_ledger.SubmitLedger`` answers "did this write land?" from the same table
+history.
+
+Client mode: spark-submit runs the driver on the submitting host (Python applications cannot run
+in standalone cluster mode) while its executors run on the cluster. The driver writes
+``<outcome>.app.json`` (application id, master, host) once its session is up; a caller on the
+submitting host follows the driver by its pid, a caller on another host by the application's
+state in the master's JSON status (``$OCCFLOW_SPARK_MASTER_UI``, e.g. ``http://master:8080``).
 """
 
 from __future__ import annotations
@@ -14,10 +28,12 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +43,7 @@ from ...core.errors import InvalidDeclarationError
 from ...core.kinds import Classification, ConflictKind, WinningCommit
 from ...core.operations import Operation, parse_operation
 from ..outcome import ErrorInfo, WriteOutcome
+from ..tags import CommitTag
 from .config import SparkConfig
 from .errors import classify_error
 from .identifiers import split_table
@@ -35,6 +52,8 @@ from .jobs import ApplicationJob, CallableJob, JobContext, SqlJob, as_job
 #: The driver spark-submit runs: a file path, since spark-submit takes the application as a file.
 DRIVER_FILE = Path(__file__).with_name("driver.py")
 LOG_TAIL_CHARS = 8000
+#: The standalone master's web UI (``http://master:8080``): where a driver's application state is read.
+MASTER_UI_ENV = "OCCFLOW_SPARK_MASTER_UI"
 
 
 class SubmitError(InvalidDeclarationError):
@@ -177,6 +196,18 @@ def _is_zombie(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[:1] == ["Z"]
 
 
+def application_active(master_ui: str, application_id: str, timeout: float = 10.0) -> bool:
+    """Whether the standalone master lists ``application_id`` among its active applications
+    (``GET <master_ui>/json/``: ``activeapps`` / ``completedapps``)."""
+    url = master_ui.rstrip("/") + "/json/"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - the user's master
+            status = json.loads(response.read().decode())
+    except (OSError, ValueError) as exc:
+        raise SubmitError(f"cannot read the Spark master's status at {url}: {exc}") from exc
+    return any(app.get("id") == application_id for app in status.get("activeapps") or ())
+
+
 @dataclass(frozen=True)
 class SubmittedJob:
     """A driver process started by ``submit_job``; everything needed to find it again."""
@@ -188,10 +219,24 @@ class SubmittedJob:
     operation: str
     command: tuple[str, ...] = ()
     started_at: float = field(default_factory=time.time)
+    #: The host the driver runs on (client mode: the submitting host); its pid means nothing elsewhere.
+    host: str = field(default_factory=socket.gethostname)
 
     @property
     def state_path(self) -> Path:
         return Path(self.outcome_path + ".job.json")
+
+    @property
+    def app_path(self) -> Path:
+        return Path(self.outcome_path + ".app.json")
+
+    def application(self) -> dict[str, Any] | None:
+        """What the driver wrote once its session was up: ``application_id``, ``master``, ``host``."""
+        try:
+            data = json.loads(self.app_path.read_text(encoding="utf-8"))
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        return data if isinstance(data, dict) else None
 
     def save(self) -> None:
         state = {
@@ -202,6 +247,7 @@ class SubmittedJob:
             "operation": self.operation,
             "command": list(self.command),
             "started_at": self.started_at,
+            "host": self.host,
         }
         write_atomically(self.state_path, json.dumps(state, indent=2))
 
@@ -220,10 +266,22 @@ class SubmittedJob:
             operation=data["operation"],
             command=tuple(data.get("command") or ()),
             started_at=float(data.get("started_at") or 0.0),
+            host=str(data.get("host") or socket.gethostname()),
         )
 
     def running(self) -> bool:
-        return _pid_alive(self.pid, self.outcome_path)
+        if self.host == socket.gethostname():
+            return _pid_alive(self.pid, self.outcome_path)
+        # Another host's driver: its application's state on the master says whether it runs.
+        app = self.application()
+        ui = os.environ.get(MASTER_UI_ENV)
+        if app is None or not ui:
+            raise SubmitError(
+                f"the driver writing {self.outcome_path} runs on {self.host}, not here, and "
+                + ("it has not reported its application id yet" if app is None else f"${MASTER_UI_ENV} is not set")
+                + ": cannot tell whether it still runs"
+            )
+        return application_active(ui, str(app["application_id"]))
 
     def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
         try:
@@ -297,8 +355,12 @@ def submit_job(
     py_files: Sequence[str | Path] = (),
     spark_submit: str | None = None,
     env: Mapping[str, str] | None = None,
+    tag: CommitTag | None = None,
 ) -> SubmittedJob:
-    """Start ``job`` in a spark-submit driver that writes its outcome to ``outcome_path``."""
+    """Start ``job`` in a spark-submit driver that writes its outcome to ``outcome_path``.
+
+    ``tag``: the write's commit tag; the driver puts it on its commit and, right before the
+    commit, refuses to commit a write whose tag the table already holds."""
     the_job = as_job(job)
     split_table(table)
     cfg = config if isinstance(config, SparkConfig) else SparkConfig.from_dict(config)
@@ -321,6 +383,8 @@ def submit_job(
     command += ["--config", json.dumps(cfg.to_dict())]
     for key, value in (params or {}).items():
         command += ["--param", f"{key}={value}"]
+    if tag is not None:
+        command += ["--tag", json.dumps(tag.properties(), sort_keys=True)]
     command += _job_args(the_job)
     child_env = dict(os.environ)
     child_env.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -341,3 +405,4 @@ def submit_job(
     )
     submitted.save()
     return submitted
+
