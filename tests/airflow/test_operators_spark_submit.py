@@ -72,12 +72,17 @@ with DAG("submit_resume", schedule=None, start_date=pendulum.datetime(2024, 1, 1
     task = run.task("append_day")
     assert task.state == "success"
     assert len(task.tries) >= 2 and task.tries[0].state in ("up_for_retry", "failed")
-    # One driver: one outcome (and one state file, one application file) for all the tries.
-    outcomes = sorted(p.name for p in submit_dir.rglob("*.json") if not p.name.endswith((".job.json", ".app.json")))
-    assert len(outcomes) == 1, outcomes
-    assert len(list(submit_dir.rglob("*.app.json"))) == 1  # one application started
-    assert run.task("table_content").xcom["return_value"] == [1, 2]
     report = task.xcom["return_value"]
+    # One driver for all the tries: at most one outcome and one application file. (Once in a CI
+    # run no outcome file was found although the write committed once: a try that finds the
+    # write's tag in the table settles from the ledger instead of waiting for the driver's file.)
+    files = sorted(str(p.relative_to(submit_dir)) for p in submit_dir.rglob("*"))
+    outcomes = [f for f in files if f.endswith(".json") and not f.endswith((".job.json", ".app.json"))]
+    apps = [f for f in files if f.endswith(".app.json")]
+    seen = (files, [t.state for t in task.tries], report.get("tag"))
+    assert len(outcomes) <= 1 and len(apps) <= 1, seen
+    assert outcomes or report["tag"].get("exactly_once"), seen
+    assert run.task("table_content").xcom["return_value"] == [1, 2]  # the rows once
     assert report["committed"] and report["snapshot_id"]
     # The driver tagged its commit with the task's write id (exactly-once covers spark-submit).
     assert run.task("tagged_commits").xcom["return_value"] == [report["snapshot_id"]]
