@@ -20,8 +20,6 @@ from airflow.sdk.exceptions import AirflowFailException
 from ..core.declaration import WriteDeclaration
 from ..core.errors import InvalidDeclarationError
 from ..core.profiles import get_profile
-from ..core.sqlderive import DerivedWrite, check_derived_against
-from ..core.tablefacts import TableFacts
 from ..engines.ledger import CommitLedger
 from ..engines.maxcompute import (
     MaxComputeLedger,
@@ -35,6 +33,7 @@ from ..engines.maxcompute import (
 from ..engines.outcome import WriteOutcome
 from ..hooks.maxcompute import DEFAULT_CONN_ID, OccflowMaxComputeHook
 from .base import OccflowWriteOperator
+from .derived import settle
 from .exactly_once import from_context
 
 try:  # the Alibaba provider's log view link, where it is installed
@@ -158,15 +157,7 @@ class MaxComputeWriteOperator(OccflowWriteOperator):
                 f"{derived.operation.value} is not a write on {facts.table}: its matrix {profile.name} knows "
                 f"{', '.join(o.value for o in profile.operations)} ({'; '.join(facts.why())})"
             )
-        if self.derives["partitions"]:
-            partitions, reads_whole = derived.partitions, derived.reads_target and derived.partitions is None
-        else:
-            check_derived_against(derived, declaration)
-            partitions, reads_whole = declaration.partitions, declaration.reads_whole_table
-        self.profile = profile.name  # the retry policy follows the table's matrix
-        self.log.info("declared from the SQL and the table: %s", "; ".join(_why(derived, facts)))
-        return replace(declaration, profile=profile, engine_profile=profile.name, partitions=partitions,
-                       reads_whole_table=reads_whole)
+        return settle(self, declaration, derived, profile, facts)
 
     # ------------------------------------------------------------------ one attempt
 
@@ -246,6 +237,3 @@ def _provisional_profile(operation: str) -> str:
     return _PROFILES[0]  # the declaration names the operation it does not know
 
 
-def _why(derived: DerivedWrite, facts: TableFacts) -> list[str]:
-    where = "whole table" if derived.partitions is None else ", ".join(sorted(derived.partition_keys() or ()))
-    return [f"{derived.operation.value} on {derived.table} [{where}]", *derived.why, *facts.why(derived.operation)]

@@ -17,7 +17,7 @@ from ..core.errors import InvalidDeclarationError
 from ..core.observed import ObservedFootprint
 from ..core.ranges import spec_json
 from ..core.sql import check_sql_write, job_text
-from ..core.sqlderive import DerivedWrite, check_derived_against, derive_write
+from ..core.sqlderive import check_derived_against, derive_write
 from ..core.tablefacts import TableFacts
 from ..engines.ledger import CommitLedger
 from ..engines.outcome import WriteOutcome
@@ -28,6 +28,7 @@ from ..engines.spark.identifiers import quote_table, split_table
 from ..engines.spark.observed import observe_iceberg_snapshot
 from ..hooks.spark import DEFAULT_CONN_ID, OccflowSparkHook
 from .base import OccflowWriteOperator
+from .derived import settle
 
 _TEMPLATE_MARK = ("{{", "{%")
 _engines: dict[str, SparkEngine] = {}
@@ -192,15 +193,7 @@ class SparkWriteOperator(OccflowWriteOperator):
                 )
         elif facts is not None:
             facts.check_declared_profile(profile, derived.operation)
-        if self.derives["partitions"]:
-            partitions, reads_whole = derived.partitions, derived.reads_target and derived.partitions is None
-        else:
-            check_derived_against(derived, declaration)
-            partitions, reads_whole = declaration.partitions, declaration.reads_whole_table
-        self.profile = profile.name  # the retry policy follows the table's profile
-        self.log.info("declared from the SQL and the table: %s", "; ".join(why_of(derived, facts)))
-        return replace(declaration, profile=profile, engine_profile=profile.name, partitions=partitions,
-                       reads_whole_table=reads_whole)
+        return settle(self, declaration, derived, profile, facts)
 
     def _partition_columns(self, declaration: WriteDeclaration) -> list[str]:
         if self.partition_by is not None:
@@ -352,12 +345,6 @@ def check_templated_operation(sql: SqlText, declaration: WriteDeclaration, where
         check_derived_against(derived, replace(declaration, partitions=None), templated=True)
     except InvalidDeclarationError as exc:
         raise InvalidDeclarationError(f"{where}: {exc}") from None
-
-
-def why_of(derived: DerivedWrite, facts: TableFacts | None) -> list[str]:
-    where = "whole table" if derived.partitions is None else ", ".join(sorted(derived.partition_keys() or ()))
-    found = [f"{derived.operation.value} on {derived.table} [{where}]", *derived.why]
-    return found + ([] if facts is None else list(facts.why(derived.operation)))
 
 
 def partition_params(declaration: WriteDeclaration) -> dict[str, str]:

@@ -1,0 +1,39 @@
+"""The declaration an SQL write operator settles on from what its SQL and its table say.
+
+Shared by ``SparkWriteOperator`` (and spark-submit) and ``MaxComputeWriteOperator``: each derives
+the operation, partitions and profile its own way (Spark SQL / MaxCompute SQL, the table's
+facts); what is kept, checked and logged from that is the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ..core.declaration import WriteDeclaration
+from ..core.profiles.model import Profile
+from ..core.sqlderive import DerivedWrite, check_derived_against
+from ..core.tablefacts import TableFacts
+
+
+def why_of(derived: DerivedWrite, facts: TableFacts | None) -> list[str]:
+    """What the SQL and the table said, one reason each (the log line of ``settle``)."""
+    where = "whole table" if derived.partitions is None else ", ".join(sorted(derived.partition_keys() or ()))
+    found = [f"{derived.operation.value} on {derived.table} [{where}]", *derived.why]
+    return found + ([] if facts is None else list(facts.why(derived.operation)))
+
+
+def settle(operator: Any, declaration: WriteDeclaration, derived: DerivedWrite, profile: Profile,
+           facts: TableFacts | None) -> WriteDeclaration:
+    """The declaration with ``profile`` and, where the operator derives them, the SQL's partitions
+    (else the declared ones, checked against the SQL); the operator's retry policy follows
+    ``profile`` from then on."""
+    if operator.derives["partitions"]:
+        partitions, reads_whole = derived.partitions, derived.reads_target and derived.partitions is None
+    else:
+        check_derived_against(derived, declaration)
+        partitions, reads_whole = declaration.partitions, declaration.reads_whole_table
+    operator.profile = profile.name  # the retry policy follows the table's matrix
+    operator.log.info("declared from the SQL and the table: %s", "; ".join(why_of(derived, facts)))
+    return replace(declaration, profile=profile, engine_profile=profile.name, partitions=partitions,
+                   reads_whole_table=reads_whole)
