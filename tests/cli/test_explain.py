@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from explain_cli import explain_json, run
 
 from occflow.cli import main
 from occflow.core.footprint import footprints_overlap
@@ -31,18 +32,6 @@ MERGE_EXPLICIT = (
 )
 UPDATE_LATER = "UPDATE db.events SET v = v + 1 WHERE date > '2010-01-01'"
 DELETE_EARLIER = "DELETE FROM db.events WHERE date < '2010-01-01'"
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(["explain", *args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def explain_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
-    code, out, err = run(capsys, *args, "--format", "json")
-    assert code == 0, err
-    return json.loads(out)
 
 
 # ---------------------------------------------------------------------------- the specs' examples

@@ -9,30 +9,15 @@ later fails) and spec 000 (a small file MERGE after an INSERT OVERWRITE reports 
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import pytest
+from explain_cli import explain_json, run
 
-from occflow.cli import main
 from occflow.core.errors import InvalidDeclarationError
 from occflow.core.sqlread import read_alter_write
 from occflow.engines.maxcompute import read_maxcompute_write
 
 DELTA_TABLE = ["--table-format", "maxcompute-transactional", "--partition-columns", "ds", "--property", "primary_key=id"]
 STANDARD_TABLE = ["--table-format", "maxcompute", "--partition-columns", "ds"]
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(["explain", *args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def explain_json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
-    code, out, err = run(capsys, *args, "--format", "json")
-    assert code == 0, err
-    return json.loads(out)
 
 
 @pytest.mark.parametrize(
