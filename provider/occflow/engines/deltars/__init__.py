@@ -5,6 +5,7 @@ table is used, so importing this package costs nothing where they are not instal
 from __future__ import annotations
 
 from .commit import COMMIT_ID_KEY, CommitOptions, ambient_commit, deltars_commit
+from .compaction import CompactionRace, duplicate_compaction
 from .conformance import (
     OTHER_PARTITION,
     PAIR_PARTITION,
@@ -15,6 +16,7 @@ from .conformance import (
 )
 from .errors import classify_error, error_info
 from .ledger import DeltaRsLedger
+from .log import DeltaLog, LoggedCommit
 from .predicates import Compare, Literal, Where, column, literal
 from .table import ENGINE, DeltaRsTable
 
@@ -24,11 +26,14 @@ __all__ = [
     "OTHER_PARTITION",
     "PAIR_PARTITION",
     "CommitOptions",
+    "CompactionRace",
     "Compare",
+    "DeltaLog",
     "DeltaRsLedger",
     "DeltaRsPairRunner",
     "DeltaRsTable",
     "Literal",
+    "LoggedCommit",
     "PairJobs",
     "Where",
     "ambient_commit",
@@ -37,6 +42,7 @@ __all__ = [
     "conformance_meta",
     "conformance_runners",
     "deltars_commit",
+    "duplicate_compaction",
     "error_info",
     "literal",
 ]

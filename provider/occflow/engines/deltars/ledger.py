@@ -1,5 +1,5 @@
-"""The exactly-once ledger of a delta-rs table: the ``txn`` map answers "landed?", the history
-says which version."""
+"""The exactly-once ledger of a delta-rs table: the ``txn`` map answers "landed?", the log, read
+by version number, says which version (``history()``'s labels are off on a stale handle)."""
 
 from __future__ import annotations
 
@@ -36,11 +36,11 @@ class DeltaRsLedger:
         return FoundCommit(self.engine, self.table, tag)
 
     def tagged_commits(self) -> Iterator[FoundCommit]:
-        for entry in self.delta.load().history(HISTORY_DEPTH):
-            found = CommitTag.from_properties(entry)
+        for commit in self.delta.log().newest_first(HISTORY_DEPTH):
+            found = CommitTag.from_properties(commit.info)
             if found is not None:
-                yield FoundCommit(self.engine, self.table, found, version=int(entry["version"]),
-                                  committed_at=str(entry.get("timestamp")))
+                yield FoundCommit(self.engine, self.table, found, version=commit.version,
+                                  committed_at=str(commit.info.get("timestamp")))
 
     @contextlib.contextmanager
     def tagging(self, tag: CommitTag) -> Iterator[None]:

@@ -5,23 +5,17 @@ and dropped; its ``commitInfo`` the operation, the predicate it read with (``pre
 ``mergePredicate`` for a MERGE), ``readVersion`` and, where the writer records it,
 ``isBlindAppend``. Those are the facts delta-rs's conflict checker decides on.
 
-Two ways to read them, the first that works:
-
-- the commit file ``_delta_log/<version>.json`` itself, for a table on the local file system:
-  exact, and cheap whatever the table's size;
-- otherwise (an object store, or a commit file already removed by log cleanup) through
-  ``deltalake``: the files of version ``v`` that version ``v - 1`` lacks (added) and the other way
-  round (removed), with the commit info from the table's history.
+The commit file ``_delta_log/<version>.json`` is read by its number (``log.DeltaLog``, on any
+storage ``deltalake`` opens): exact, and cheap whatever the table's size. ``diff_snapshots``
+derives the same file actions from versions ``v - 1`` and ``v`` (a cross-check).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 import sqlglot
 from sqlglot import exp
@@ -29,6 +23,7 @@ from sqlglot import exp
 from ...core.errors import InvalidDeclarationError
 from ...core.footprint import PartitionKey
 from ...core.observed import ObservedFootprint, observed_partition_key
+from .log import DeltaLog
 
 # Operations that read the table before they write (their predicate says how much of it).
 _READING = frozenset({"DELETE", "UPDATE", "MERGE"})
@@ -54,7 +49,7 @@ def observe_deltars_commit(
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
         raise InvalidDeclarationError(f"a Delta table version is an integer >= 0, got {version!r}")
     table = DeltaTable(str(uri), version=version, storage_options=dict(storage_options or {}) or None)
-    actions = read_commit_file(table.table_uri, version)
+    actions = read_commit_file(str(uri), version, storage_options)
     if actions is None:
         actions = diff_snapshots(str(uri), version, storage_options, table)
     return footprint_of(str(uri), version, actions, list(table.metadata().partition_columns))
@@ -115,61 +110,35 @@ def _keys(files: Iterable[Mapping[str, Any]]) -> frozenset[PartitionKey]:
 # ----------------------------------------------------------------------- reading the log
 
 
-def local_path(table_uri: str) -> Path | None:
-    """The local directory of a ``file://`` (or plain path) table URI; ``None`` for object stores."""
-    parsed = urlparse(table_uri)
-    if parsed.scheme in ("", "file"):
-        return Path(unquote(parsed.path) if parsed.scheme else table_uri)
-    return None
-
-
-def read_commit_file(table_uri: str, version: int) -> CommitActions | None:
-    """The actions of ``_delta_log/<version>.json``; ``None`` when it is not on this file system."""
-    root = local_path(table_uri)
-    if root is None:
+def read_commit_file(uri: str, version: int, storage_options: Mapping[str, str] | None = None) -> CommitActions | None:
+    """The actions of ``_delta_log/<version>.json`` (``log.DeltaLog``, any storage ``deltalake``
+    opens); ``None`` when the file is gone (log cleanup)."""
+    found = DeltaLog(uri, storage_options).commit(version)
+    if found is None:
         return None
-    path = root / "_delta_log" / f"{version:020d}.json"
-    if not path.is_file():
-        return None
-    added, removed, info = [], [], {}
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        action = json.loads(line)
-        if "add" in action:
-            added.append(dict(action["add"].get("partitionValues") or {}))
-        elif "remove" in action:
-            removed.append(dict(action["remove"].get("partitionValues") or {}))
-        elif "commitInfo" in action:
-            info = dict(action["commitInfo"])
-    return CommitActions(tuple(added), tuple(removed), info)
+    return CommitActions(
+        tuple(dict(f.partition) for f in found.added), tuple(dict(f.partition) for f in found.removed), found.info
+    )
 
 
 def diff_snapshots(
     uri: str, version: int, storage_options: Mapping[str, str] | None, table: Any
 ) -> CommitActions:
     """The commit's file actions as the difference of versions ``version - 1`` and ``version``,
-    and its commit info from the history (through ``deltalake``: any storage it opens)."""
+    and its commit info read from the log by number (never from ``history()``'s labels)."""
     from deltalake import DeltaTable  # optional heavy dependency
 
     after = _files(table)
     before: dict[str, dict[str, Any]] = {}
     if version > 0:
         before = _files(DeltaTable(uri, version=version - 1, storage_options=dict(storage_options or {}) or None))
-    info: dict[str, Any] = {}
-    # The latest table's history: one loaded at an older version numbers the latest commits
-    # from its own version (delta-rs 1.x).
-    latest = DeltaTable(uri, storage_options=dict(storage_options or {}) or None)
-    for entry in latest.history(int(latest.version()) - version + 1):
-        if int(entry.get("version", -1)) == version:
-            info = dict(entry)
-            break
-    if not info:
-        raise InvalidDeclarationError(f"the history of the Delta table at {uri} holds no commit info for version {version}")
+    logged = DeltaLog(uri, storage_options).commit(version)
+    if logged is None:
+        raise InvalidDeclarationError(f"the log of the Delta table at {uri} holds no commit info for version {version}")
     return CommitActions(
         added=tuple(v for p, v in after.items() if p not in before),
         removed=tuple(v for p, v in before.items() if p not in after),
-        info=info,
+        info=logged.info,
     )
 
 

@@ -7,6 +7,7 @@ conflict is never raised from here: the caller decides from the classification.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -19,7 +20,9 @@ from ...core.operations import Operation
 from ..ledger import CommitRefused
 from ..outcome import WriteOutcome
 from .commit import COMMIT_ID_KEY, CommitOptions
+from .compaction import duplicate_compaction
 from .errors import classify_error, error_info
+from .log import DeltaLog
 from .predicates import Literal, Where, column, combine, literal, partition_filters, partition_where
 from .winner import find_winner
 
@@ -27,6 +30,9 @@ if TYPE_CHECKING:
     from deltalake import CommitProperties, DeltaTable
 
 ENGINE = "delta-rs"
+
+#: The outcome tag that names a concurrent compaction of the same files (``duplicate_compaction``).
+DUPLICATE_COMPACTION = "duplicate_compaction"
 
 
 # Which operation metric counts the rows a write touched.
@@ -69,6 +75,10 @@ class DeltaRsTable:
 
     def version(self) -> int:
         return int(self.load().version())
+
+    def log(self) -> DeltaLog:
+        """The table's log, read by version number."""
+        return DeltaLog(self.uri, self.storage_options)
 
     def app_version(self, app_id: str) -> int | None:
         """The last version committed for ``app_id`` (Delta ``txn`` action), or ``None``."""
@@ -270,7 +280,13 @@ class DeltaRsTable:
                 partition_filters=filters, target_size=target_size, commit_properties=props
             )
 
-        return self._run(Operation.OPTIMIZE, snapshot, run, commit)
+        outcome = self._run(Operation.OPTIMIZE, snapshot, run, commit)
+        if outcome.committed and outcome.version is not None:
+            race = duplicate_compaction(self.uri, outcome.version, self.storage_options)
+            if race is not None:
+                # committed all the same: the flow fails loudly on this tag, naming both commits
+                outcome = dataclasses.replace(outcome, tag={**outcome.tag, DUPLICATE_COMPACTION: race.describe()})
+        return outcome
 
     def add_columns(
         self,
@@ -393,23 +409,22 @@ class DeltaRsTable:
         if table is None or kind is None or not kind.is_conflict:
             return None
         try:
-            return find_winner(self.load, int(table.version()), kind, options.resolved().app_id, scope)
+            return find_winner(self.log(), int(table.version()), kind, options.resolved().app_id, scope)
         except Exception as exc:  # noqa: BLE001 - naming the winner must not hide the conflict
             return WinningCommit(basis=f"the log could not be read to name the winner: {exc}")
 
     def _find_commit(self, commit_id: str, read_version: int | None = None) -> tuple[int | None, dict[str, Any]]:
         """Our commit's version and metrics, found by the id we wrote into its commit info.
 
-        Looked up rather than taken from the table object, whose version may already include
-        a concurrent writer's later commit; every commit after the read version is searched
-        (the last 50 without one), however many other writers committed in between.
+        Read from the log by version number (``log.DeltaLog``), never from a handle's
+        ``history()``, whose labels a concurrent commit shifts; every commit after the read
+        version is searched (the last 50 without one), however many other writers committed
+        in between.
         """
-        latest = self.load()
-        depth = 50 if read_version is None else max(int(latest.version()) - read_version, 1)
-        for entry in latest.history(depth):
-            if entry.get(COMMIT_ID_KEY) == commit_id:
-                return int(entry["version"]), dict(entry.get("operationMetrics") or {})
-        return None, {}
+        found = self.log().find(lambda c: c.info.get(COMMIT_ID_KEY) == commit_id, after=read_version)
+        if found is None:
+            return None, {}
+        return found.version, dict(found.info.get("operationMetrics") or {})
 
 
 def require_columns(table: DeltaTable, names: Iterable[str], what: str) -> None:

@@ -1,8 +1,8 @@
 """delta-rs: the commit a lost write lost to, read from the table's log.
 
 delta-rs's ``CommitFailedError`` names the reason, not the commit. Every commit that landed since
-the losing attempt's read version is in the log, so occflow reads them (each version's files,
-metadata, protocol and app transactions against the version before it, and its commit info)
+the losing attempt's read version is in the log, so occflow reads them by number (each commit
+file's ``add`` / ``remove`` / ``metaData`` / ``protocol`` / ``txn`` actions and its commit info)
 and names the first one that did what the conflict kind says the winner did: it is the one
 delta-rs's conflict checker stopped at, since it checks the winning commits in order.
 """
@@ -10,15 +10,14 @@ delta-rs's conflict checker stopped at, since it checks the winning commits in o
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...core.kinds import ConflictKind, WinningCommit
 from ..tags import with_writer
-
-if TYPE_CHECKING:
-    from deltalake import DeltaTable
+from .log import DeltaLog, LoggedCommit
 
 #: Commits read at most after the read version: a conflict is decided on the first few.
 MAX_COMMITS = 100
@@ -81,7 +80,7 @@ WINNER_DID: Mapping[ConflictKind, tuple[str, Rule]] = {
 
 
 def find_winner(
-    load: Callable[[int | None], DeltaTable],
+    log: DeltaLog,
     read_version: int,
     kind: ConflictKind,
     app_id: str | None = None,
@@ -89,19 +88,15 @@ def find_winner(
 ) -> WinningCommit | None:
     """The commit after ``read_version`` that a write losing with ``kind`` lost to.
 
-    ``load(version)`` opens the table at a version (``None``: the latest); ``scope`` is the
-    partition the losing write worked on (``None``: the whole table, or it read every file);
-    ``app_id`` its Delta app transaction. ``None`` when nothing was committed since the read.
-    When no commit did what ``kind`` says, the first commit after the read is named, and
-    ``basis`` says so.
+    ``log`` is the table's log, read by version number (never ``history()``'s labels, which a
+    handle loaded before the winner committed gets wrong); ``scope`` is the partition the losing
+    write worked on (``None``: the whole table, or it read every file); ``app_id`` its Delta app
+    transaction. ``None`` when nothing was committed since the read. When no commit did what
+    ``kind`` says, the first commit after the read is named, and ``basis`` says so.
     """
-    latest_table = load(None)
-    latest = int(latest_table.version())
-    if latest <= read_version:
+    changes = [_change(c, app_id) for c in itertools.islice(log.commits(read_version + 1), MAX_COMMITS)]
+    if not changes:
         return None
-    last = min(latest, read_version + MAX_COMMITS)
-    infos = {int(e["version"]): e for e in latest_table.history(latest - read_version) if "version" in e}
-    changes = _changes(load, read_version, last, infos, app_id)
     rule = WINNER_DID.get(kind)
     chosen = None if rule is None else next((c for c in changes if rule[1](c, scope)), None)
     if chosen is None:
@@ -121,54 +116,16 @@ def find_winner(
     return with_writer(winner, chosen.info)
 
 
-def _changes(
-    load: Callable[[int | None], DeltaTable],
-    read_version: int,
-    last: int,
-    infos: Mapping[int, Mapping[str, Any]],
-    app_id: str | None,
-) -> list[CommitChange]:
-    changes = []
-    before = load(read_version)
-    for version in range(read_version + 1, last + 1):
-        after = load(version)
-        old, new = _files(before), _files(after)
-        changes.append(
-            CommitChange(
-                version=version,
-                info=infos.get(version, {}),
-                added=tuple(new[p] for p in sorted(new.keys() - old.keys())),
-                removed=tuple(old[p] for p in sorted(old.keys() - new.keys())),
-                metadata_changed=_metadata(before) != _metadata(after),
-                protocol_changed=repr(before.protocol()) != repr(after.protocol()),
-                same_transaction=app_id is not None
-                and after.transaction_version(app_id) != before.transaction_version(app_id),
-            )
-        )
-        before = after
-    return changes
-
-
-def _files(table: DeltaTable) -> dict[str, Partition]:
-    """Every live file of the version, with its partition values."""
-    import pyarrow as pa  # type: ignore[import-untyped]  # optional heavy dependency
-
-    actions = pa.table(table.get_add_actions(flatten=True))
-    prefix = "partition."
-    columns = [c for c in actions.column_names if c.startswith(prefix)]
-    rows = actions.select(["path", *columns]).to_pylist()
-    return {str(r["path"]): {c[len(prefix) :]: r[c] for c in columns} for r in rows}
-
-
-def _metadata(table: DeltaTable) -> tuple[Any, ...]:
-    meta = table.metadata()
-    return (
-        meta.id,
-        meta.name,
-        meta.description,
-        tuple(meta.partition_columns),
-        tuple(sorted(meta.configuration.items())),
-        table.schema().to_json(),
+def _change(commit: LoggedCommit, app_id: str | None) -> CommitChange:
+    """What one commit did, from its own actions (the facts delta-rs's conflict checker reads)."""
+    return CommitChange(
+        version=commit.version,
+        info=commit.info,
+        added=tuple(f.partition for f in commit.added),
+        removed=tuple(f.partition for f in commit.removed),
+        metadata_changed=commit.metadata_changed,
+        protocol_changed=commit.protocol_changed,
+        same_transaction=app_id is not None and app_id in commit.txns,
     )
 
 
