@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import occflow
-from occflow.core.classifiers.markers import MARKERS, PRECEDENCE, Evidence
+from occflow.core.classifiers.markers import COMPILED, MARKERS, PRECEDENCE, Evidence
 from occflow.core.classify import classify
 from occflow.core.kinds import ConflictKind
 from occflow.engines.outcome import ErrorInfo
@@ -112,6 +112,13 @@ def test_conflict_without_a_named_winner_has_no_winning_commit() -> None:
         "com.example.ConcurrentAppendException: Files were added to partition x",  # not Delta's class
         "CommitFailedException",
         "Failed to commit transaction: 15 rows rejected by constraint",
+        "CommitConflict(Predicate { source: Plan(\"bad\") })",  # a delta-rs variant that is no race
+        "Error: Transaction { source: CommitConflict(NoMetadata) }",
+        "conflict detected, aborting transaction conflicts_checked=1",  # the record without its error
+        "Requirement failed: current table metadata is missing",
+        "Timed out after 60000 ms waiting for lock on db.events",  # no Iceberg LockException
+        "ODPS-01109990: not the code",
+        "an error text occflow has never seen",
         "",
     ],
 )
@@ -444,6 +451,98 @@ def test_docs_list_every_class_and_error_class_marker() -> None:
             assert marker.value in doc, marker
         elif marker.evidence is Evidence.CLASS:
             assert marker.value.rsplit(".", 1)[1] in doc, marker
+
+
+# delta-rs's CommitConflictError variants that are concurrent-writer losses: the variant, its
+# Display (crates/core/src/kernel/transaction/conflict_checker.rs #[error(...)], first line), and the
+# kind. Each is rendered the ways delta-rs prints it: TransactionError's Display (what deltalake's
+# Python CommitFailedError says), the Debug of DeltaTableError::Transaction { source } (a Rust
+# job's `{:?}` / `main` error), and the commit loop's "conflict detected, aborting transaction"
+# record in tracing's text and JSON layouts (mod.rs, error = %err: the Display without prefix).
+DELTA_RS_VARIANTS = [
+    ("ConcurrentAppend", "Commit failed: a concurrent transactions added new data.", ConflictKind.CONCURRENT_APPEND),
+    (
+        "ConcurrentDeleteRead",
+        "Commit failed: a concurrent transaction deleted data this operation read.",
+        ConflictKind.CONCURRENT_DELETE_READ,
+    ),
+    (
+        "ConcurrentDeleteDelete",
+        "Commit failed: a concurrent transaction deleted the same data your transaction deletes.",
+        ConflictKind.CONCURRENT_DELETE_DELETE,
+    ),
+    ("MetadataChanged", "Metadata changed since last commit.", ConflictKind.METADATA_CHANGED),
+    ("ConcurrentTransaction", "Concurrent transaction failed.", ConflictKind.CONCURRENT_TRANSACTION),
+    (
+        'ProtocolChanged("protocol changed")',
+        "Protocol changed since last commit: protocol changed",
+        ConflictKind.PROTOCOL_CHANGED,
+    ),
+]
+
+
+def _delta_rs_renderings(variant: str, display: str) -> dict[str, str]:
+    json_display = json.dumps(display)
+    return {
+        "display": f"Failed to commit transaction: {display}",
+        "debug": f"Error: Transaction {{ source: CommitConflict({variant}) }}",
+        "log_text": (
+            "2025-06-01T10:00:00.131002Z ERROR commit{base_version=3 max_retries=15 attempt=1}: "
+            f"deltalake_core::kernel::transaction: conflict detected, aborting transaction conflicts_checked=1 "
+            f"error={display}"
+        ),
+        "log_json": (
+            '{"timestamp":"2025-06-01T10:00:00.131002Z","level":"ERROR","fields":{"message":"conflict detected, '
+            f'aborting transaction","conflicts_checked":1,"error":{json_display}}},'
+            '"target":"deltalake_core::kernel::transaction"}'
+        ),
+    }
+
+
+DELTA_RS_RENDERED = [
+    (form, text, kind)
+    for variant, display, kind in DELTA_RS_VARIANTS
+    for form, text in _delta_rs_renderings(variant, display).items()
+] + [
+    ("debug", "Transaction { source: MaxCommitAttempts(15) }", ConflictKind.COMMIT_RETRIES_EXHAUSTED),
+    ("debug", "Error: VersionAlreadyExists(7)", ConflictKind.CONCURRENT_WRITE),
+    (
+        "log_text",
+        "2025-06-01T10:00:07.004511Z ERROR commit{attempt=16}: deltalake_core::kernel::transaction: "
+        "exceeded maximum commit attempts max_retries=15",
+        ConflictKind.COMMIT_RETRIES_EXHAUSTED,
+    ),
+    (
+        "log_json",
+        '{"level":"ERROR","fields":{"message":"exceeded maximum commit attempts","max_retries":15},'
+        '"target":"deltalake_core::kernel::transaction"}',
+        ConflictKind.COMMIT_RETRIES_EXHAUSTED,
+    ),
+]
+
+
+@pytest.mark.parametrize(("form", "text", "kind"), DELTA_RS_RENDERED, ids=lambda v: getattr(v, "value", None))
+def test_a_delta_rs_error_keeps_its_kind_in_every_form_rust_prints_it(form: str, text: str, kind: ConflictKind) -> None:
+    result = classify(text)
+    assert result.kind is kind, (form, result.reason)
+    assert result.engine == "delta-rs"
+    try:
+        raise RuntimeError(text)  # the same text as an exception's message
+    except RuntimeError as err:
+        assert classify(err).kind is kind
+
+
+def test_every_message_marker_is_proven_by_a_text() -> None:
+    """Each template in the marker table matches at least one text these tests classify."""
+    from test_classify_odps import CONFLICTS as ODPS_TEXTS  # the MaxCompute page samples
+
+    texts = [f.text for f in FIXTURES] + [t for _, t, _ in DELTA_RS_RENDERED] + [t for t, _, _ in ODPS_TEXTS]
+    unproven = [
+        f"{m.engine} {m.kind.value}: {m.value}"
+        for m in MARKERS
+        if m.evidence is Evidence.MESSAGE and not any(COMPILED[m.value].search(t) for t in texts)
+    ]
+    assert not unproven
 
 
 _CONFLICT_WORDS = [

@@ -152,6 +152,23 @@ def test_pyodps_code_and_class_carry_the_lock_conflict_without_the_text() -> Non
     assert classify(tunnel).kind is K.METADATA_LOCK_CONFLICT
 
 
+# ODPS-0110999: the commit failed and its rollback failed too ("possible breach of atomicity"): the
+# data may or may not have landed, so the write must never be retried blindly.
+ROLLBACK_FAILED = (
+    "ODPS-0110999: Critical! Internal error happened in commit operation and rollback failed, possible breach "
+    "of atomicity - Rename directory failed during DDLTask."
+)
+
+
+def test_a_commit_whose_rollback_failed_is_an_unknown_commit_state_in_every_form() -> None:
+    for form in (ROLLBACK_FAILED, _pyodps(ROLLBACK_FAILED), _in_a_log(ROLLBACK_FAILED), "FAILED: " + ROLLBACK_FAILED):
+        found = classify(form)
+        assert found.kind is K.COMMIT_STATE_UNKNOWN, (type(form).__name__, found)
+        assert found.engine == "maxcompute"
+        assert not found.retry_safe
+    assert classify(odps_errors.ODPSError("rollback failed", code="ODPS-0110999")).kind is K.COMMIT_STATE_UNKNOWN
+
+
 def test_an_unknown_odps_error_is_never_a_conflict() -> None:
     for text in (
         "ODPS-0010000:System internal error - fuxi job failed, caused by: the quota is exhausted",

@@ -45,16 +45,44 @@ DELTA_JAVA = "delta-io/delta io.delta.exceptions / org.apache.spark.sql.delta (D
 DELTA_RS_CONFLICT = "delta-io/delta-rs crates/core/src/kernel/transaction/conflict_checker.rs CommitConflictError"
 DELTA_RS_TXN = "delta-io/delta-rs crates/core/src/kernel/transaction/mod.rs TransactionError"
 DELTA_RS_TABLE = "delta-io/delta-rs crates/core/src/errors.rs DeltaTableError::VersionAlreadyExists"
+DELTA_RS_DEBUG = (
+    "delta-io/delta-rs crates/core/src/kernel/transaction/mod.rs, conflict_checker.rs, errors.rs: "
+    "#[derive(Debug)] of TransactionError / CommitConflictError / DeltaTableError::Transaction { source }"
+)
+DELTA_RS_LOG = (
+    "delta-io/delta-rs crates/core/src/kernel/transaction/mod.rs PreparedCommit::into_future "
+    "error!(\"conflict detected, aborting transaction\") / error!(\"exceeded maximum commit attempts\") "
+    "(target deltalake_core::kernel::transaction; strings present in deltalake 1.6.6)"
+)
 ICEBERG_EXC = "apache/iceberg api/src/main/java/org/apache/iceberg/exceptions/"
 PYICEBERG_EXC = "apache/iceberg-python pyiceberg/exceptions.py"
 ICEBERG_MSP = "apache/iceberg core/src/main/java/org/apache/iceberg/MergingSnapshotProducer.java"
 ICEBERG_MFM = "apache/iceberg core/src/main/java/org/apache/iceberg/ManifestFilterManager.java"
+ICEBERG_ROW_DELTA = (
+    "apache/iceberg core/src/main/java/org/apache/iceberg/BaseRowDelta.java "
+    "validateNoConflictingFileAndPositionDeletes (1.10, PR #12861)"
+)
+ICEBERG_HIVE_LOCK = (
+    "apache/iceberg hive-metastore/src/main/java/org/apache/iceberg/hive/MetastoreLock.java LockException "
+    "(HiveTableOperations.doCommit rethrows it as CommitFailedException)"
+)
+ICEBERG_REQUIREMENT = "apache/iceberg core/src/main/java/org/apache/iceberg/UpdateRequirement.java (REST catalog)"
+PYICEBERG_REQUIREMENT = (
+    "apache/iceberg-python pyiceberg/table/update/__init__.py TableRequirement.validate "
+    "(raises CommitFailedException with this text)"
+)
 ICEBERG_SPARK_COW_SCAN = (
     "apache/iceberg spark/v3.5/spark/src/main/java/org/apache/iceberg/spark/source/SparkCopyOnWriteScan.java"
 )
 ODPS_0110061 = "MaxCompute error code doc ODPS-0110061 (alibabacloud.com/help/en/maxcompute/user-guide/odps-0110061)"
 ODPS_0121096 = "MaxCompute error code doc ODPS-0121096 (help.aliyun.com/en/maxcompute/user-guide/odps-0121096)"
 PYODPS_TUNNEL = "aliyun/aliyun-odps-python-sdk odps/tunnel/errors.py MetaTransactionFailed (retried by tabletunnel.py)"
+ODPS_0110999 = (
+    "MaxCompute SQL error codes page (alibabacloud.com/help/en/maxcompute/user-guide/sql-errors): "
+    "ODPS-0110999 'Critical! Internal error happened in commit operation and rollback failed, possible breach "
+    "of atomicity' (concurrent META operations on one table); the MaxCompute console (odpscmd) "
+    "never retries an error with this code"
+)
 ODPS_SQL_ERRORS = (
     "MaxCompute SQL error codes (ODPS-01CCCCX) page (alibabacloud.com/help/en/maxcompute/user-guide/sql-errors): "
     "metadata contention when jobs write one partition concurrently"
@@ -159,8 +187,14 @@ _DELTA_TEMPLATES: tuple[tuple[ConflictKind, str, str], ...] = (
 )
 
 # delta-rs wraps every CommitConflictError in TransactionError "Failed to commit transaction: {0}",
-# so each template is anchored on that prefix.
+# so each Display template is anchored on that prefix. Rust logs and `{:?}` print the same errors
+# in two more shapes, anchored on delta-rs's own words too: the Debug form of the enums
+# (`Transaction { source: CommitConflict(ConcurrentDeleteRead) }`), and the commit loop's
+# `error!(error = %err, "conflict detected, aborting transaction")` record, whose `error` field is
+# the CommitConflictError's Display without the TransactionError prefix.
 _DELTA_RS_PREFIX = r"Failed to commit transaction: "
+_DELTA_RS_DEBUG = r"(?<![\w])CommitConflict\("
+_DELTA_RS_LOGGED = r"conflict detected, aborting transaction\b.{0,400}?\berror\W{0,4}"
 _DELTA_RS_TEMPLATES: tuple[tuple[ConflictKind, str, str], ...] = (
     (
         K.CONCURRENT_APPEND,
@@ -189,6 +223,35 @@ _DELTA_RS_TEMPLATES: tuple[tuple[ConflictKind, str, str], ...] = (
     ),
     (K.CONCURRENT_WRITE, r"Tried committing existing table version: \d+", DELTA_RS_TXN),
     (K.CONCURRENT_WRITE, r"Delta transaction failed, version \d+ already exists\.", DELTA_RS_TABLE),
+    # Debug forms (#[derive(Debug)] on TransactionError, CommitConflictError, DeltaTableError).
+    (K.CONCURRENT_APPEND, _DELTA_RS_DEBUG + r"ConcurrentAppend\)", DELTA_RS_DEBUG),
+    (K.CONCURRENT_DELETE_READ, _DELTA_RS_DEBUG + r"ConcurrentDeleteRead\)", DELTA_RS_DEBUG),
+    (K.CONCURRENT_DELETE_DELETE, _DELTA_RS_DEBUG + r"ConcurrentDeleteDelete\)", DELTA_RS_DEBUG),
+    (K.METADATA_CHANGED, _DELTA_RS_DEBUG + r"MetadataChanged\)", DELTA_RS_DEBUG),
+    (K.CONCURRENT_TRANSACTION, _DELTA_RS_DEBUG + r"ConcurrentTransaction\)", DELTA_RS_DEBUG),
+    (K.PROTOCOL_CHANGED, _DELTA_RS_DEBUG + r"ProtocolChanged\(", DELTA_RS_DEBUG),
+    (K.COMMIT_RETRIES_EXHAUSTED, r"(?<![\w])MaxCommitAttempts\(\d+\)", DELTA_RS_DEBUG),
+    (K.CONCURRENT_WRITE, r"(?<![\w])VersionAlreadyExists\(\d+\)", DELTA_RS_DEBUG),
+    # The commit loop's records (tracing's text or JSON layout), in deltalake_core's target.
+    (K.CONCURRENT_APPEND, _DELTA_RS_LOGGED + r"Commit failed: a concurrent transactions added new data\.", DELTA_RS_LOG),
+    (
+        K.CONCURRENT_DELETE_READ,
+        _DELTA_RS_LOGGED + r"Commit failed: a concurrent transaction deleted data this operation read\.",
+        DELTA_RS_LOG,
+    ),
+    (
+        K.CONCURRENT_DELETE_DELETE,
+        _DELTA_RS_LOGGED + r"Commit failed: a concurrent transaction deleted the same data your transaction deletes\.",
+        DELTA_RS_LOG,
+    ),
+    (K.METADATA_CHANGED, _DELTA_RS_LOGGED + r"Metadata changed since last commit\.", DELTA_RS_LOG),
+    (K.CONCURRENT_TRANSACTION, _DELTA_RS_LOGGED + r"Concurrent transaction failed\.", DELTA_RS_LOG),
+    (K.PROTOCOL_CHANGED, _DELTA_RS_LOGGED + r"Protocol changed since last commit: ", DELTA_RS_LOG),
+    (
+        K.COMMIT_RETRIES_EXHAUSTED,
+        r"exceeded maximum commit attempts(?: max_retries=|\W{1,6}max_retries\W{1,4})\d+",
+        DELTA_RS_LOG,
+    ),
 )
 
 _ICEBERG_CLASSES: tuple[tuple[str, ConflictKind, str], ...] = (
@@ -201,6 +264,10 @@ _ICEBERG_CLASSES: tuple[tuple[str, ConflictKind, str], ...] = (
     # PyIceberg's own classes ("Commit failed, refresh and try again" / "... unknown reason").
     ("pyiceberg.exceptions.CommitStateUnknownException", K.COMMIT_STATE_UNKNOWN, PYICEBERG_EXC),
     ("pyiceberg.exceptions.CommitFailedException", K.COMMIT_FAILED, PYICEBERG_EXC),
+    # Another writer held the table's Hive Metastore lock ("Timed out after N ms waiting for lock
+    # on db.t"); Iceberg itself turns it into a CommitFailedException. A heartbeat lost DURING the
+    # commit is wrapped in CommitStateUnknownException instead, which outranks it.
+    ("org.apache.iceberg.hive.LockException", K.COMMIT_FAILED, ICEBERG_HIVE_LOCK),
 )
 
 # ValidationException is also raised for plain user errors, so only these templates count.
@@ -223,6 +290,22 @@ _ICEBERG_TEMPLATES: tuple[tuple[ConflictKind, str, str], ...] = (
         ICEBERG_MSP,
     ),
     (K.VALIDATION_CONFLICT, r"Missing required files to delete: ", ICEBERG_MFM),
+    # Iceberg 1.10 deletion vectors: a concurrent commit added a DV for a data file this commit
+    # also writes a DV for (validateAddedDVs / validateConcurrentColocatedDVs).
+    (K.VALIDATION_CONFLICT, r"Found concurrently added DV for \S+: ", ICEBERG_MSP),
+    (
+        K.VALIDATION_CONFLICT,
+        r"Cannot delete data files \[.{0,2000}?\] that are referenced by new delete files",
+        ICEBERG_ROW_DELTA,
+    ),
+    # validationHistory: the snapshots between the job's starting snapshot and the table's current
+    # one are gone (expired, or the branch was replaced) while the job ran; the older text said
+    # "... and current <id>".
+    (
+        K.VALIDATION_CONFLICT,
+        r"Cannot determine history between starting snapshot \S+ and (?:the last known ancestor|current) ",
+        ICEBERG_MSP,
+    ),
     # A copy-on-write UPDATE/DELETE/MERGE whose scan snapshot went stale before Spark's runtime
     # filter ran (two jobs in one session): a fresh snapshot in a new session succeeds.
     (
@@ -237,6 +320,25 @@ _ICEBERG_TEMPLATES: tuple[tuple[ConflictKind, str, str], ...] = (
         r"or may not be needed\.",
         ICEBERG_EXC + "CommitStateUnknownException.java",
     ),
+    # A catalog requirement failed because another writer committed first: the texts of
+    # CommitFailedException (Java REST catalog "expected id A != B"; PyIceberg "expected id A,
+    # found B"), for logs that lost the class. "Table UUID does not match" is not a race.
+    (
+        K.COMMIT_FAILED,
+        r"Requirement failed: (?:branch|tag) \S+ has changed: expected id -?\d+(?:, found | != )-?\d+",
+        f"{ICEBERG_REQUIREMENT}; {PYICEBERG_REQUIREMENT}",
+    ),
+    (
+        K.COMMIT_FAILED,
+        r"Requirement failed: (?:branch|tag) \S+ was created concurrently",
+        f"{ICEBERG_REQUIREMENT}; {PYICEBERG_REQUIREMENT}",
+    ),
+    (
+        K.COMMIT_FAILED,
+        r"Requirement failed: (?:current schema|last assigned field|last assigned partition|default partition spec"
+        r"|default spec|default sort order)(?: id)? (?:has )?changed: expected (?:id )?-?\d+(?:, found | != )-?\d+",
+        f"{ICEBERG_REQUIREMENT}; {PYICEBERG_REQUIREMENT}",
+    ),
 )
 
 _MAXCOMPUTE_TEMPLATES: tuple[tuple[ConflictKind, str, str], ...] = (
@@ -248,6 +350,9 @@ _MAXCOMPUTE_TEMPLATES: tuple[tuple[ConflictKind, str, str], ...] = (
         ODPS_0110061,
     ),
     (K.METADATA_LOCK_CONFLICT, r"ODPS-0121096\s*:\s*MetaStore transaction conflict", ODPS_0121096),
+    # The commit failed and so did its rollback: whether the data landed is unknown. The code alone
+    # says so (odpscmd also prints unknown client-side failures under it, and never retries them).
+    (K.COMMIT_STATE_UNKNOWN, r"(?<![\w-])ODPS-0110999\s*:", ODPS_0110999),
     # The SQL error codes page gives these three a metadata race between concurrent jobs on one
     # partition as their cause ("MaxCompute has no locking mechanism"). The same codes with any
     # other text (a permission, a package, schema evolution) are not conflicts.
@@ -289,6 +394,7 @@ def _rows() -> tuple[Marker, ...]:
     for kind, pattern, source in _MAXCOMPUTE_TEMPLATES:
         rows.append(Marker(kind, "maxcompute", Evidence.MESSAGE, pattern, source))
     rows.append(Marker(K.METADATA_LOCK_CONFLICT, "maxcompute", Evidence.ERROR_CLASS, "ODPS-0121096", ODPS_0121096))
+    rows.append(Marker(K.COMMIT_STATE_UNKNOWN, "maxcompute", Evidence.ERROR_CLASS, "ODPS-0110999", ODPS_0110999))
     rows.append(
         Marker(
             K.METADATA_LOCK_CONFLICT,
