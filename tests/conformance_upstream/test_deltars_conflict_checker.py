@@ -19,8 +19,8 @@ winner. What each case asserts:
    is coarser (the profile matches by partition, delta-rs by each file's min/max statistics, also
    on unpartitioned tables: docs/conformance/upstream.md, fact (a));
 3. separately (``test_profile_cell_names_the_engines_exception``), that the cell names the
-   exception the engine raises; the known disagreements are strict xfails, named in
-   ``KIND_DISAGREEMENTS`` with the evidence, for the profile's owner.
+   exception the engine raises, as its usual kind or as one it ``also_raises`` (a DELETE that
+   removes whole files, a feature upgrade: ``ALSO_RAISES`` in core/profiles/deltars.py).
 
 Cases upstream builds from actions that no Python API call produces (a winner that only removes
 with ``dataChange=false``; a current transaction with no actions) are replaced by the nearest real
@@ -328,23 +328,6 @@ CASES: dict[str, Case] = {
     ),
 }
 
-# Cells whose exception differs from what the engine raises for the upstream case (both fail the
-# later job, so admission is safe, but the kind drives retry policy). Evidence: the case itself.
-KIND_DISAGREEMENTS = {
-    "delete_conflicts_with_read": "delta-rs delete->update: cell says concurrent_append; a DELETE that removes "
-    "whole files adds none, so the engine raises concurrent_delete_read",
-    "whole_table_read_vs_remove": "delta-rs delete->merge: cell says concurrent_append; engine raises "
-    "concurrent_delete_read when the winning DELETE removed whole files",
-    "fact_b_overwrite_without_predicate_after_delete": "delta-rs delete->insert_overwrite: cell says "
-    "concurrent_append; an overwrite without a predicate has no added-files check and loses with "
-    "concurrent_delete_read (fact b)",
-    "protocol_upgrade": "delta-rs has no upgrade_protocol operation; alter_metadata->alter_metadata says "
-    "metadata_changed, the engine raises protocol_changed (not retry-safe) for a feature upgrade",
-    "protocol_upgrade_then_append": "delta-rs alter_metadata->insert_into says metadata_changed; after "
-    "alter.add_feature the engine raises protocol_changed (not retry-safe)",
-}
-
-
 @dataclass(frozen=True)
 class Observed:
     kind: ConflictKind | None
@@ -415,20 +398,11 @@ def test_the_profile_is_never_less_conservative_than_the_engine(name: str, obser
 
 @pytest.mark.parametrize(
     "name",
-    [
-        pytest.param(
-            n,
-            marks=pytest.mark.xfail(strict=True, reason=f"PROFILE DISAGREES: {KIND_DISAGREEMENTS[n]}")
-            if n in KIND_DISAGREEMENTS
-            else (),
-        )
-        for n, c in CASES.items()
-        if c.expected is not None and c.expected is not ConflictKind.CONCURRENT_TRANSACTION
-    ],
+    [n for n, c in CASES.items() if c.expected is not None and c.expected is not ConflictKind.CONCURRENT_TRANSACTION],
 )
 def test_profile_cell_names_the_engines_exception(name: str, observed: dict[str, Observed]) -> None:
     case, seen = CASES[name], observed[name]
-    assert PROFILE.cell(*case.cell).exception is seen.kind
+    assert seen.kind in PROFILE.cell(*case.cell).kinds
 
 
 def test_where_the_profile_is_coarser_it_is_only_by_value_ranges(observed: dict[str, Observed]) -> None:

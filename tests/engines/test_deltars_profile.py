@@ -1,15 +1,20 @@
-"""The delta-rs profile: its literal matrix and its validator (a port of delta-rs's checker) agree."""
+"""The delta-rs profile: its literal matrix and its validator (a port of delta-rs's checker) agree, and
+every other kind a cell allows is one real delta-rs raises for that pair."""
 
 from __future__ import annotations
 
 import pytest
+from deltalake import DeltaTable, TableFeatures
 
 from occflow.core.footprint import FileRef, Footprint
 from occflow.core.kinds import ConflictKind
 from occflow.core.operations import Operation
 from occflow.core.profiles import get_profile
 from occflow.core.profiles.delta import canonical_footprint
-from occflow.core.profiles.deltars import DELTA_RS_MATRIX
+from occflow.core.profiles.deltars import ALSO_RAISES, DELTA_RS_MATRIX
+from occflow.engines.conformance import Observation, compare
+from occflow.engines.deltars import DeltaRsPairRunner
+from occflow.engines.deltars.conformance import PairJobs
 
 PROFILE = get_profile("delta-rs")
 LIVE = [FileRef("part=a/f1.parquet", "part=a"), FileRef("part=a/f2.parquet", "part=a")]
@@ -57,3 +62,76 @@ def test_divergences_from_the_documented_profile_are_named_in_the_cell_notes() -
         doc = documented.cell(cell.earlier, cell.later)
         if (doc.later_fails, doc.exception) != (cell.later_fails, cell.exception):
             assert "differs from" in cell.note, f"{cell.earlier.value}->{cell.later.value} needs a note"
+
+
+# ---- cells that allow more than one kind ------------------------------------------------------
+
+
+def test_a_cell_with_more_kinds_names_them_with_their_source() -> None:
+    many = [cell for cell in PROFILE if cell.also_raises]
+    assert {(c.earlier, c.later) for c in many} == set(ALSO_RAISES)
+    for cell in many:
+        assert cell.exception is not None and cell.exception not in cell.also_raises
+        assert cell.kinds == (cell.exception, *cell.also_raises)
+        assert ALSO_RAISES[(cell.earlier, cell.later)][1] in cell.source
+        assert cell.to_dict()["also_raises"] == [k.value for k in cell.also_raises]
+    # a cell that commits, or names one kind, allows exactly that
+    assert PROFILE.cell(Operation.INSERT_INTO, Operation.INSERT_INTO).kinds == ()
+    assert PROFILE.cell(Operation.TRUNCATE, Operation.UPDATE).kinds == (ConflictKind.CONCURRENT_DELETE_READ,)
+
+
+def test_the_validator_gives_the_other_kind_for_a_delete_that_removes_whole_files() -> None:
+    """delta-rs's own order: no file added, so the read-files check is the one that fails."""
+    assert PROFILE.validator is not None
+    whole_files = Footprint(Operation.DELETE, read_partitions=frozenset({"part=a"}),
+                            write_partitions=frozenset({"part=a"}), files_read=frozenset(LIVE),
+                            files_removed=frozenset(LIVE))
+    for later in (Operation.INSERT_OVERWRITE, Operation.TRUNCATE, Operation.UPDATE, Operation.DELETE, Operation.MERGE):
+        found = PROFILE.validator(footprint(later, "later"), whole_files)
+        assert found is not None and found[0] is ConflictKind.CONCURRENT_DELETE_READ, later
+        assert found[0] in PROFILE.cell(Operation.DELETE, later).kinds
+
+
+def test_the_validator_gives_protocol_changed_after_a_feature_upgrade() -> None:
+    assert PROFILE.validator is not None
+    upgrade = Footprint(Operation.ALTER_METADATA, metadata_change=True, protocol_change=True, data_change=False)
+    for later in PROFILE.operations:
+        found = PROFILE.validator(footprint(later, "later"), upgrade)
+        assert found is not None and found[0] is ConflictKind.PROTOCOL_CHANGED, later
+        assert found[0] in PROFILE.cell(Operation.ALTER_METADATA, later).kinds
+
+
+def _whole_file_delete(snapshot: DeltaTable) -> None:
+    snapshot.delete("part = 'a' AND id <= 2")  # the file holding ids 1-2, removed and not rewritten
+
+
+def _feature_upgrade(snapshot: DeltaTable) -> None:
+    snapshot.alter.add_feature(TableFeatures.ChangeDataFeed, allow_protocol_versions_increase=True)
+
+
+_EARLIER_FORMS = {Operation.DELETE: _whole_file_delete, Operation.ALTER_METADATA: _feature_upgrade}
+
+
+@pytest.fixture(scope="module")
+def runner(tmp_path_factory: pytest.TempPathFactory) -> DeltaRsPairRunner:
+    return DeltaRsPairRunner(tmp_path_factory.mktemp("also-raises"))
+
+
+@pytest.mark.parametrize("pair", sorted(ALSO_RAISES), ids=lambda p: f"{p[0].value}->{p[1].value}")
+def test_every_other_kind_a_cell_allows_is_what_real_delta_rs_raises(
+    pair: tuple[Operation, Operation], runner: DeltaRsPairRunner
+) -> None:
+    """The earlier job in its other form (a whole-file DELETE, a feature upgrade), the later job as the
+    conformance run runs it, both from one snapshot: deltalake raises the cell's other kind."""
+    earlier, later = pair
+    table = runner.prepare(f"also-{earlier.value}-{later.value}")
+    version = table.version()
+    first, second = table.load(version), table.load(version)
+    _EARLIER_FORMS[earlier](first)
+    outcome = PairJobs(table).run(later, second, "later")
+    assert not outcome.committed
+    assert outcome.classification is not None
+    assert outcome.classification.kind in PROFILE.cell(earlier, later).also_raises
+    row = compare("delta-rs", PROFILE, earlier, later,
+                  Observation(later_committed=False, later_kind=outcome.classification.kind))
+    assert row.agrees, "the conformance comparison accepts any kind the cell allows"

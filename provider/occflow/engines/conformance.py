@@ -124,8 +124,9 @@ def compare(
 ) -> ConformanceRow:
     """The row for one observation against one profile's cell.
 
-    Agreement needs the same outcome and, when both fail, the same kind: a later job that fails
-    for another reason than the matrix says would be retried or reported wrongly.
+    Agreement needs the same outcome and, when both fail, a kind the cell allows (its exception or
+    one it ``also_raises``): a later job that fails for another reason than the matrix says would be
+    retried or reported wrongly.
     """
     cell = profile.cell(earlier, later)
     note = observed.note
@@ -135,7 +136,7 @@ def compare(
     elif cell.later_fails != observed.later_fails:
         agrees = False
     else:
-        agrees = not cell.later_fails or cell.exception is observed.later_kind
+        agrees = not cell.later_fails or observed.later_kind in cell.kinds
     return ConformanceRow(
         engine=engine,
         profile=profile.name,

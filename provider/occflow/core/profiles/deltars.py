@@ -261,19 +261,53 @@ DELTA_RS_MATRIX: tuple[tuple[Operation, Operation, Outcome, str, str], ...] = (
 )
 
 
+# The same pair, another form of the earlier job, another kind: the later job fails either way
+# (so admission is unchanged), but the kind drives the retry policy, so a cell names both.
+S_WHOLE_FILES = (
+    f"{S_DEL_READ}: a DELETE whose predicate covers whole files removes them and adds none, so the "
+    "added-files check passes and the read-files check raises ConcurrentDeleteRead (observed: "
+    "tests/engines/test_deltars_profile.py; upstream delete_conflicts_with_read, "
+    "whole_table_read_vs_remove and fact (b) in tests/conformance_upstream/test_deltars_conflict_checker.py)"
+)
+S_FEATURE_UPGRADE = (
+    f"{CC} check_protocol_compatibility, which runs before check_no_metadata_updates: an ALTER that adds a "
+    "table feature (alter.add_feature) commits a Protocol action and the later job fails with ProtocolChanged "
+    "(observed: tests/engines/test_deltars_profile.py; upstream test_concurrent_protocol_upgrade)"
+)
+_ANY_LATER = (
+    Op.INSERT_INTO, Op.INSERT_OVERWRITE, Op.TRUNCATE, Op.UPDATE, Op.DELETE, Op.MERGE, Op.OPTIMIZE, Op.ALTER_METADATA,
+)
+
+#: (earlier, later) -> (the other kinds delta-rs raises for the pair, the source saying when).
+ALSO_RAISES: dict[tuple[Operation, Operation], tuple[tuple[ConflictKind, ...], str]] = {
+    # a DELETE that removes whole files, then any job with a predicate on that partition
+    (Op.DELETE, Op.INSERT_OVERWRITE): ((ConflictKind.CONCURRENT_DELETE_READ,), S_WHOLE_FILES),
+    (Op.DELETE, Op.TRUNCATE): ((ConflictKind.CONCURRENT_DELETE_READ,), S_WHOLE_FILES),
+    (Op.DELETE, Op.UPDATE): ((ConflictKind.CONCURRENT_DELETE_READ,), S_WHOLE_FILES),
+    (Op.DELETE, Op.DELETE): ((ConflictKind.CONCURRENT_DELETE_READ,), S_WHOLE_FILES),
+    (Op.DELETE, Op.MERGE): ((ConflictKind.CONCURRENT_DELETE_READ,), S_WHOLE_FILES),
+    # an ALTER that upgrades the protocol (a table feature), then any job
+    **{(Op.ALTER_METADATA, later): ((ConflictKind.PROTOCOL_CHANGED,), S_FEATURE_UPGRADE) for later in _ANY_LATER},
+}
+
+
 def _cells() -> tuple[Cell, ...]:
-    return tuple(
-        Cell(
-            earlier=earlier,
-            later=later,
-            later_fails=exception is not None,
-            exception=exception,
-            effect=effect,
-            source=f"{source}; {OBSERVED}",
-            note=note,
+    cells = []
+    for earlier, later, (exception, effect), source, note in DELTA_RS_MATRIX:
+        also, also_source = ALSO_RAISES.get((earlier, later), ((), ""))
+        cells.append(
+            Cell(
+                earlier=earlier,
+                later=later,
+                later_fails=exception is not None,
+                exception=exception,
+                effect=effect,
+                source="; ".join(part for part in (source, also_source, OBSERVED) if part),
+                note=note,
+                also_raises=also,
+            )
         )
-        for earlier, later, (exception, effect), source, note in DELTA_RS_MATRIX
-    )
+    return tuple(cells)
 
 
 DELTA_RS = Profile(

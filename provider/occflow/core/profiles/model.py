@@ -56,7 +56,12 @@ class OverwriteScope(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Cell:
-    """Two jobs on the same non-partitioned table or partition; ``earlier`` commits first."""
+    """Two jobs on the same non-partitioned table or partition; ``earlier`` commits first.
+
+    ``exception`` is the kind the later job fails with in the pair's usual form; ``also_raises``
+    lists the other kinds the engine really raises for the same pair in another form (delta-rs: a
+    DELETE that removes whole files instead of rewriting them), each named in the cell's source.
+    """
 
     earlier: Operation
     later: Operation
@@ -66,16 +71,26 @@ class Cell:
     source: str
     note: str = ""
     condition: Condition = Condition.ALWAYS
+    also_raises: tuple[ConflictKind, ...] = ()
 
     def __post_init__(self) -> None:
         if self.later_fails != (self.exception is not None):
             raise ValueError(f"{self.earlier.value}->{self.later.value}: a failing cell needs an exception")
+        if self.also_raises and (self.exception is None or self.exception in self.also_raises):
+            raise ValueError(
+                f"{self.earlier.value}->{self.later.value}: also_raises lists other kinds of a failing cell"
+            )
         if self.later_fails != (self.effect is Effect.LATER_FAILS):
             raise ValueError(f"{self.earlier.value}->{self.later.value}: effect disagrees with outcome")
         if self.condition is Condition.SAME_ROWS and not self.later_fails:
             raise ValueError(
                 f"{self.earlier.value}->{self.later.value}: only a failing cell can fail on the same rows only"
             )
+
+    @property
+    def kinds(self) -> tuple[ConflictKind, ...]:
+        """Every kind the later job may fail with here (empty: it commits)."""
+        return () if self.exception is None else (self.exception, *self.also_raises)
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -87,6 +102,7 @@ class Cell:
             "source": self.source,
             "note": self.note,
             "condition": self.condition.value,
+            "also_raises": [kind.value for kind in self.also_raises],
         }
 
 
