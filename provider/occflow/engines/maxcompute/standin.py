@@ -37,6 +37,19 @@ from .standin_state import Job, ProjectState, ProjectStore, StandInTable
 DEFAULT_JOB_SECONDS = 0.2
 TASK_NAME = "AnonymousSQLTask"
 
+#: The faults a stand-in job can be made to fail with: ``errors.FAULTS`` (conflicts) and two that
+#: are not conflicts, from MaxCompute's SQL error codes page (alibabacloud.com/help/en/maxcompute/
+#: user-guide/sql-errors): an internal error (``not_a_conflict``: ordinary retries), and a commit
+#: whose rollback failed (``commit_state_unknown``: the rows may or may not be in the table).
+STANDIN_FAULTS = {
+    **FAULTS,
+    "internal_error": "ODPS-0010000:System internal error - fuxi job failed, caused by: worker lost",
+    "rollback_failed": (
+        "ODPS-0110999: Critical! Internal error happened in commit operation and rollback failed, possible "
+        "breach of atomicity - Rename directory failed during DDLTask."
+    ),
+}
+
 
 class StandInProject:
     """A MaxCompute project on this machine (see the module docstring). ``path``: keep the
@@ -120,10 +133,10 @@ class StandInProject:
 
     def fail_next(self, table: str, operation: str, fault: str = "metadata_lock", *, residue: bool = False) -> None:
         """The next job of ``operation`` on ``table`` fails with ``fault``'s ODPS text
-        (``errors.FAULTS``); ``residue=True``: its rows land all the same (spec 000: a failed
-        INTO on a standard table may leave its data behind)."""
-        if fault not in FAULTS:
-            raise InvalidDeclarationError(f"unknown stand-in fault {fault!r}; known: {', '.join(FAULTS)}")
+        (``STANDIN_FAULTS``); ``residue=True``: its rows land all the same (spec 000: a failed
+        INTO on a standard table may leave its data behind, whatever failed it)."""
+        if fault not in STANDIN_FAULTS:
+            raise InvalidDeclarationError(f"unknown stand-in fault {fault!r}; known: {', '.join(STANDIN_FAULTS)}")
         with self.store.state() as state:
             state.faults.append({"table": _key(table), "operation": operation, "fault": fault, "residue": residue})
 
@@ -244,7 +257,7 @@ def _settle(state: ProjectState, job: Job, project: str) -> None:
     txn = Transaction(reference, job.txn_id, reference.snapshot(job.read_version), job.footprint, job.change)
     job.status, job.end_time = "Terminated", time.time()
     if job.fault is not None and not job.residue:
-        job.success, job.error = False, FAULTS[job.fault].format(values=_first_value(job))
+        job.success, job.error = False, STANDIN_FAULTS[job.fault].format(values=_first_value(job))
         return
     try:
         commit = txn.commit()
@@ -260,7 +273,7 @@ def _settle(state: ProjectState, job: Job, project: str) -> None:
     job.commit = {"id_version": commit.version, "time_version": commit.time_version,
                   "rebased": commit.rebased, "data_change": commit.footprint.data_change}
     if job.residue:  # the rows landed, yet the job reports the fault (spec 000, standard tables)
-        job.success, job.error = False, FAULTS[job.fault or "metadata_lock"].format(values=_first_value(job))
+        job.success, job.error = False, STANDIN_FAULTS[job.fault or "metadata_lock"].format(values=_first_value(job))
         return
     job.success = True
 

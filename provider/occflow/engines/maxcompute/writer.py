@@ -10,9 +10,15 @@
 - **Versions.** A committed outcome carries the instance id, the ID version and the time version
   where the service reports them (a compaction or clustering has no time version: spec 001), and
   whether MaxCompute rebased the commit itself (meta-level retry: not an occflow attempt).
-- **Residue.** A failed INSERT INTO on a standard table may leave its rows behind (spec 000):
-  ``ResidueError`` names the instance and partitions instead of a failed outcome a retry would
-  repeat.
+- **Residue.** A failed INSERT INTO on a standard table may leave its rows behind (spec 000: a
+  rolled-back INTO may leave residue, whatever failed it), so after *any* failure of one the
+  write asks the service what it committed: ``ResidueError`` names the instance and partitions
+  instead of a failed outcome a retry would repeat; only a verified-clean failure goes on to the
+  flow's ordinary retries.
+- **Unknown commit state.** ``ODPS-0110999`` (the commit failed and its rollback failed: a
+  possible breach of atomicity) is classified ``commit_state_unknown``. It is checked before
+  anything else: the write fails fast (``CommitStateUnknownError``), and a later try of the same
+  write that finds such an instance refuses to submit again until someone has checked the table.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...core.classify import classify
+from ...core.kinds import ConflictKind
 from ...core.operations import Operation
 from ..outcome import ErrorInfo, WriteOutcome
 from ..tags import CommitTag
@@ -31,6 +38,28 @@ from .jobs import ProjectJobs, TaggedInstance
 from .ledger import maxcompute_hints
 
 ENGINE = "maxcompute"
+
+
+class CommitStateUnknownError(ResidueError):
+    """A MaxCompute job whose commit state is unknown (``ODPS-0110999``: the commit failed and so
+    did its rollback): its rows may be in the table, all or in part. Not retried: a
+    ``ResidueError``, which the write flow fails fast on."""
+
+    def __init__(self, instance_id: str, table: str, partitions: tuple[str, ...], error: str, earlier: bool) -> None:
+        where = ", ".join(partitions) if partitions else "the whole table"
+        when = "an earlier try's" if earlier else "the"
+        Exception.__init__(
+            self,
+            f"{when} instance {instance_id} writing {table} ({where}) failed with an unknown commit state "
+            f"({error.splitlines()[0]}): MaxCompute could neither commit nor roll back, so some, all or none "
+            "of its rows may be in the table. occflow does not run the write again (it could write rows "
+            "twice): check the table; if the rows are there mark the task successful, otherwise remove any "
+            "partial rows (INSERT OVERWRITE the partition from its source) and run the task with "
+            "exactly_once=False",
+        )
+        self.instance_id = instance_id
+        self.table = table
+        self.partitions = partitions
 
 
 @dataclass
@@ -74,6 +103,7 @@ class MaxComputeWrite:
         if running is not None:
             instance, reconnected = running.instance, True
         else:
+            self._refuse_after_unknown_state()  # before anything else: never resubmit blindly
             before_submit()  # the last check before the job can commit: MaxCompute commits at its end
             instance, reconnected = self.submit(), False
         on_instance(instance, reconnected)
@@ -86,7 +116,11 @@ class MaxComputeWrite:
         if error is None:
             return self._committed(info, tag, seconds)
         found = classify(error)
-        if self.leaves_residue and self.operation is Operation.INSERT_INTO and found.is_conflict:
+        if found.kind is ConflictKind.COMMIT_STATE_UNKNOWN:  # first: nothing may retry it blindly
+            raise CommitStateUnknownError(str(instance.id), self.table, self.partitions or (), str(error),
+                                          earlier=False) from error
+        if self.leaves_residue and self.operation is Operation.INSERT_INTO:
+            # spec 000: a rolled-back INTO may leave residue whatever failed it, not only a conflict
             residue = _residue(instance, info)
             if residue is not None:
                 raise ResidueError(str(instance.id), self.table, self.partitions or (), residue, str(error)) from error
@@ -95,6 +129,18 @@ class MaxComputeWrite:
             engine=ENGINE, table=self.table, operation=self.operation, committed=False, seconds=seconds,
             error=ErrorInfo.from_exception(error), classification=found, tag=tag,
         )
+
+    def _refuse_after_unknown_state(self) -> None:
+        """``CommitStateUnknownError`` when this write's latest ended instance failed with an
+        unknown commit state (a try that died, or failed, after ``ODPS-0110999``)."""
+        if self.tag is None:
+            return
+        ended = [t for t in ProjectJobs(self.client).of_write(self.table, self.tag.write_id) if not t.running]
+        if not ended or ended[-1].successful:
+            return
+        text = _task_error(ended[-1].instance)
+        if text and classify(text).kind is ConflictKind.COMMIT_STATE_UNKNOWN:
+            raise CommitStateUnknownError(ended[-1].id, self.table, self.partitions or (), text, earlier=True)
 
     def _wait(self, instance: Any) -> BaseException | None:
         """Wait for the instance; the error PyODPS raises for a failed one, ``None`` on success."""
@@ -131,6 +177,14 @@ def _commit_info(instance: Any) -> Mapping[str, Any]:
     ``Instance`` reports none of it, the stand-in does (``commit_info()``)."""
     report = getattr(instance, "commit_info", None)
     return report() if callable(report) else {}
+
+
+def _task_error(instance: Any) -> str:
+    """The error text a failed instance's SQL task reported ("" when the service cannot say)."""
+    try:
+        return str(instance.get_task_result() or "")
+    except Exception:  # noqa: BLE001 - no text: the instance is not taken for an unknown state
+        return ""
 
 
 def _logview(instance: Any) -> str:
