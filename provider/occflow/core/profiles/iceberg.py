@@ -48,10 +48,11 @@ Merge-on-read (``write.*.mode=merge-on-read``, ``SparkPositionDeltaWrite`` -> ``
 not modelled: the footprint has no delete files. Its differences are in the cells' notes.
 
 Twenty-five cells were run on real Spark 3.5.9 + Iceberg 1.10.2 (``SPARK_CHECKED``); the rest is read
-from the source. Two jobs sharing one SparkSession (and so one cached catalog table) make a
-copy-on-write job fail before commit with ``IllegalStateException: Runtime file filtering is not
-possible: the table has been concurrently modified``: not a validation, and avoided by giving each
-job its own session (``spark.newSession()``).
+from the source. The cells assume each job in its own SparkSession. Two jobs sharing one (and so
+one cached catalog table) make a copy-on-write job fail before commit with
+``IllegalStateException: Runtime file filtering is not possible: the table has been concurrently
+modified``: ``RUNTIME_FILTERING`` (the end of the matrix section) says which pairs, and is avoided by
+giving each job its own session (``spark.newSession()``).
 """
 
 from __future__ import annotations
@@ -456,6 +457,55 @@ ICEBERG_MATRIX: tuple[tuple[Op, Op, Outcome, Outcome, str], ...] = (
 )
 
 
+# ---- runtime file filtering: a failure before commit, in one SparkSession -------------------------
+
+
+@dataclass(frozen=True)
+class StaleScan:
+    """A pair that fails before commit, outside the matrix's cells: the later job's scan snapshot
+    went stale in the process it runs in, whichever partitions the two jobs touch."""
+
+    earlier: frozenset[Op]
+    later: frozenset[Op]
+    kind: ConflictKind
+    message: str
+    when: str
+    source: str
+
+    def fails(self, earlier: Op, later: Op) -> bool:
+        return earlier in self.earlier and later in self.later
+
+
+#: SparkCopyOnWriteScan.filter checks, when Spark hands it the runtime file filter of a copy-on-write
+#: UPDATE / DELETE / MERGE (Spark 3.5 RowLevelCommandDynamicPruning, the group filter of a row-level
+#: command), that the scan's snapshot is still the table object's current snapshot. Any commit that
+#: writes a snapshot moves it (an ALTER writes none); in one SparkSession the catalog's cached table
+#: object sees the other job's commit at once; from another process only with catalog caching off.
+#: The check is on the table's snapshot id, so the partitions do not matter. Classified as
+#: validation_conflict (markers.py): a fresh snapshot in its own session succeeds.
+RUNTIME_FILTERING = StaleScan(
+    earlier=frozenset({Op.INSERT_INTO, Op.INSERT_OVERWRITE, Op.TRUNCATE, Op.UPDATE, Op.DELETE, Op.MERGE, Op.OPTIMIZE}),
+    later=frozenset({Op.UPDATE, Op.DELETE, Op.MERGE}),
+    kind=ConflictKind.VALIDATION_CONFLICT,
+    message="Runtime file filtering is not possible: the table has been concurrently modified.",
+    when=(
+        "both jobs share one SparkSession (one cached catalog table), or the catalog has cache-enabled=false "
+        "and any writer commits, between the later job's scan and its runtime file filter; any partition"
+    ),
+    source=(
+        "apache/iceberg spark/v3.5/spark/src/main/java/org/apache/iceberg/spark/source/SparkCopyOnWriteScan.java "
+        "filter(): Preconditions.checkState(Objects.equals(snapshotId(), currentSnapshotId()), \"Runtime file "
+        "filtering is not possible: the table has been concurrently modified. ... If an external process modifies "
+        "the table, enable table caching in the catalog. If multiple threads modify the table, use independent "
+        "Spark sessions in each thread.\"); seen on Spark 3.5.9 + Iceberg 1.10.2 while checking SPARK_CHECKED"
+    ),
+)
+_NOTE_RUNTIME_FILTERING = (
+    f"In one SparkSession (or with catalog caching off) the later job fails before commit instead, in any "
+    f"partition: '{RUNTIME_FILTERING.message}' (SparkCopyOnWriteScan.filter; {RUNTIME_FILTERING.kind.value})."
+)
+
+
 def _reason(outcome: Outcome, scope: str) -> str:
     """The Iceberg check a failing cell fails in, as the note's first sentence."""
     if outcome.check is None:
@@ -477,6 +527,7 @@ def cells_for(level: IsolationLevel) -> tuple[Cell, ...]:
             "Checked on Spark 3.5.9 + Iceberg 1.10.2." if (level, earlier, later) in SPARK_CHECKED else ""
         )
         reason = _reason(outcome, "<scan filter>")
+        stale = _NOTE_RUNTIME_FILTERING if RUNTIME_FILTERING.fails(earlier, later) else ""
         cells.append(
             Cell(
                 earlier=earlier,
@@ -485,7 +536,7 @@ def cells_for(level: IsolationLevel) -> tuple[Cell, ...]:
                 exception=ConflictKind.VALIDATION_CONFLICT if fails else None,
                 effect=outcome.effect,
                 source=f"iceberg 1.10 {_BY_LATER[later]}; {_BY_EARLIER[earlier]}",
-                note=" ".join(part for part in (reason, note, checked) if part),
+                note=" ".join(part for part in (reason, note, checked, stale) if part),
             )
         )
     return tuple(cells)
