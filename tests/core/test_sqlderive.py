@@ -36,10 +36,17 @@ def test_the_spec_merge_without_an_explicit_partition_reads_the_whole_table() ->
 
 
 def test_the_spec_merge_with_explicit_date_and_country_touches_that_partition() -> None:
+    # WHEN NOT MATCHED THEN INSERT * puts source rows of any date and country (issue 23): the
+    # spec's disjoint MERGEs are the ones whose inserted rows land in their own partition.
     extra = " AND t.date = '2024-01-01' AND t.country = 'NL'"
-    derived = derive_write(MERGE_SPEC_003.format(extra=extra), ["date", "country"])
+    assert derive_write(MERGE_SPEC_003.format(extra=extra), ["date", "country"]).partitions is None
+    own = "INSERT (user_id, date, country) VALUES (s.user_id, '2024-01-01', '{}')"
+    nl = MERGE_SPEC_003.format(extra=extra).replace("INSERT *", own.format("NL"))
+    derived = derive_write(nl, ["date", "country"])
     assert derived.partition_keys() == {"country=NL/date=2024-01-01"}
-    other = derive_write(MERGE_SPEC_003.format(extra=" AND t.date = '2024-01-01' AND t.country = 'US'"), ["date", "country"])
+    us = nl.replace("'NL'", "'US'")
+    other = derive_write(us, ["date", "country"])
+    assert other.partition_keys() == {"country=US/date=2024-01-01"}
     assert not footprints_overlap(derived.partition_keys(), other.partition_keys())  # safe together (spec)
     # The source's columns pin nothing: s.date = '2024-01-01' says nothing about the target's rows.
     source_only = derive_write(MERGE_SPEC_003.format(extra=" AND s.date = '2024-01-01'"), ["date"])

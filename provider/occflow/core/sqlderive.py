@@ -9,12 +9,18 @@ what confines it: the ``WHERE`` of an UPDATE or DELETE, the target's side of a M
 narrower than what it selects. An INSERT whose query reads its own target behaves as a MERGE
 (spec 004, note (1)); ``REORG ... APPLY (UPGRADE ...)`` changes the protocol (spec 004).
 ``check_derived_against`` refuses a hand declaration that says less than the SQL does.
+
+Rows a statement moves or adds count too (issue 23): every WHEN clause of a MERGE (``WHEN NOT
+MATCHED BY SOURCE`` touches target rows outside ``ON``: its own condition's partitions, else the
+whole table), and every assignment to a partition column (``UPDATE ... SET ds = 'B'``, a MERGE's
+``UPDATE SET`` / ``INSERT``): a literal destination joins the footprint, any other value is the
+whole table. What cannot be read is refused, never guessed narrow.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,8 +32,28 @@ from .errors import InvalidDeclarationError
 from .identifiers import unquoted_parts
 from .operations import Operation
 from .ranges import canonical_spec_value, spec_json, value_within
-from .sqlpredicates import MAX_SPECS, ColumnScope, Spec, TooManySpecs, both, read_condition, read_literal
-from .sqlread import DIALECT, SqlWrite, dotted_name, first_keyword, job_text, read_sql_write, sql_tokens
+from .sqlpredicates import (
+    MAX_SPECS,
+    ColumnScope,
+    Spec,
+    TooManySpecs,
+    both,
+    either,
+    read_condition,
+    read_literal,
+)
+from .sqlread import (
+    DIALECT,
+    SqlWrite,
+    dotted_name,
+    first_keyword,
+    job_text,
+    nested_too_deeply,
+    parse_statement,
+    read_sql_write,
+    shorten,
+    sql_tokens,
+)
 
 _COLUMN_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SPEC_003 = "spec 003"
@@ -47,6 +73,9 @@ class DerivedWrite:
     #: Ranges of the condition's other columns (information: delta-rs prunes files by min/max).
     value_ranges: Mapping[str, Any] = field(default_factory=dict, hash=False)
     protocol_change: bool = False
+    #: ``OPTIMIZE ... ZORDER BY``: under row-level concurrency it can conflict with UPDATE,
+    #: DELETE and MERGE (``core.profiles.delta_rlc.ZORDER_CELLS``), unlike a plain OPTIMIZE.
+    zorder: bool = False
 
     def partition_keys(self) -> frozenset[str] | None:
         """Partition keys (``core.declaration.partition_key``; ranges as ``ds>=a/ds<b``) for
@@ -67,6 +96,8 @@ class DerivedWrite:
             out["value_ranges"] = spec_json(self.value_ranges)
         if self.protocol_change:
             out["protocol_change"] = True
+        if self.zorder:
+            out["zorder"] = True
         return out
 
 
@@ -83,6 +114,26 @@ class _Reading:
     qualifiers: frozenset[str] = frozenset()
     bare: bool = True
     static: Spec | None = None
+    #: Literal destinations of the rows the condition selects, one per assigning clause
+    #: (``SET ds = 'B'``): partition column as declared -> canonical value.
+    moves: list[dict[str, str]] = field(default_factory=list)
+    #: Rows touched beside those the condition selects (a MERGE's other WHEN clauses).
+    pieces: list[_Piece] = field(default_factory=list)
+    #: Why rows it moves or adds may land in any partition (then the whole table).
+    anywhere: list[str] = field(default_factory=list)
+    zorder: bool = False
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """Rows a MERGE clause touches outside ``ON``'s partitions: a ``WHEN NOT MATCHED BY SOURCE``
+    clause's own condition (``condition``), or where a ``WHEN NOT MATCHED`` clause inserts
+    (``spec``, its literal partition values); ``moves``: where that clause's SET moves them."""
+
+    label: str
+    condition: exp.Expr | None = None
+    spec: Spec = field(default_factory=dict)
+    moves: dict[str, str] = field(default_factory=dict)
 
 
 def derive_write(sql: str | Sequence[str], partition_columns: Sequence[str] | None) -> DerivedWrite:
@@ -95,8 +146,11 @@ def derive_write(sql: str | Sequence[str], partition_columns: Sequence[str] | No
 def derive_sql_write(found: SqlWrite, partition_columns: Sequence[str] | None) -> DerivedWrite:
     """``derive_write`` for a statement ``read_sql_write`` has already read."""
     columns = _columns(partition_columns)
-    reading = _read_statement(found)
-    partitions, why, ranges = _partitions(reading, columns)
+    try:
+        reading = _read_statement(found, columns)
+        partitions, why, ranges = _partitions(reading, columns)
+    except RecursionError:
+        raise nested_too_deeply(f"statement {shorten(found.statement)!r}") from None
     return DerivedWrite(
         table=found.table,
         operation=reading.operation,
@@ -105,6 +159,7 @@ def derive_sql_write(found: SqlWrite, partition_columns: Sequence[str] | None) -
         why=tuple(reading.why + why),
         value_ranges=ranges,
         protocol_change=reading.operation is Operation.UPGRADE_PROTOCOL,
+        zorder=reading.zorder,
     )
 
 
@@ -121,19 +176,19 @@ def _columns(partition_columns: Sequence[str] | None) -> dict[str, str] | None:
     return out
 
 
-def _read_statement(found: SqlWrite) -> _Reading:
+def _read_statement(found: SqlWrite, columns: dict[str, str] | None) -> _Reading:
     if found.operation is Operation.UPGRADE_PROTOCOL:
         why = "REORG ... APPLY (UPGRADE ...) changes the table's protocol: it conflicts with every ongoing operation (spec 004)"
         return _Reading(found.operation, False, [why], whole=why)
     if first_keyword(found.statement) in ("OPTIMIZE", "REORG", "CALL"):
         return _command(found)
-    tree = sqlglot.parse_one(found.statement, read=DIALECT)
+    tree = parse_statement(found.statement, f"statement {shorten(found.statement)!r}")
     if isinstance(tree, exp.Insert):
         return _insert(found, tree)
     if isinstance(tree, exp.Merge):
-        return _merge(found, tree)
+        return _merge(found, tree, columns or {})
     if isinstance(tree, (exp.Update, exp.Delete)):
-        return _update_or_delete(found, tree)
+        return _update_or_delete(found, tree, columns or {})
     if isinstance(tree, exp.TruncateTable):
         target = tree.expressions[0]
         static = _static_spec(tree.args.get("partition"))
@@ -165,7 +220,7 @@ def _insert(found: SqlWrite, tree: exp.Insert) -> _Reading:
     return _with_target_reads(reading, tree, target, found.table)
 
 
-def _merge(found: SqlWrite, tree: exp.Merge) -> _Reading:
+def _merge(found: SqlWrite, tree: exp.Merge, columns: dict[str, str]) -> _Reading:
     target, source = tree.this, tree.args.get("using")
     qualifiers = _names(target)
     reading = _Reading(found.operation, True, [], condition=tree.args.get("on"), label="MERGE ON", bare=False)
@@ -174,10 +229,176 @@ def _merge(found: SqlWrite, tree: exp.Merge) -> _Reading:
         reading.why.append(f"the source is also called {source_name!r}: no column of ON is surely the target's")
         qualifiers = frozenset()
     reading.qualifiers = qualifiers
+    if columns:
+        _merge_clauses(reading, tree, columns, source_name)
     return _with_target_reads(reading, tree, target, found.table)
 
 
-def _update_or_delete(found: SqlWrite, tree: exp.Update | exp.Delete) -> _Reading:
+def _merge_clauses(reading: _Reading, tree: exp.Merge, columns: dict[str, str], source_name: str) -> None:
+    """What each WHEN clause adds to ON's partitions (issue 23): a MATCHED UPDATE's literal
+    destinations, a NOT MATCHED BY SOURCE clause's own partitions (and destinations), a NOT
+    MATCHED INSERT's literal partition; a value the data decides makes the whole table."""
+    whens = tree.args.get("whens")
+    equal = _on_equalities(reading.condition, reading.qualifiers, source_name, columns)
+    target = reading.qualifiers
+    for when in whens.expressions if isinstance(whens, exp.Whens) else ():
+        if not isinstance(when, exp.When):
+            raise InvalidDeclarationError(f"MERGE clause {_short(when)!r} cannot be read: a WHEN ... THEN clause")
+        then, label = when.args.get("then"), _when_label(when)
+        by_source, matched = bool(when.args.get("source")), bool(when.args.get("matched"))
+        if isinstance(then, exp.Var) and then.name.upper() == "DELETE" and not by_source:
+            continue  # deletes rows ON already selects
+        if matched or by_source:
+            if not (isinstance(then, exp.Update) or (isinstance(then, exp.Var) and then.name.upper() == "DELETE")):
+                raise InvalidDeclarationError(f"{label} THEN {_short(then)}: cannot be read (UPDATE SET ... or DELETE)")
+
+            def same(column: str, value: exp.Expr, by_source: bool = by_source) -> bool:
+                if _is_column(value, column, target, bare=by_source):
+                    return True  # SET ds = t.ds (NOT MATCHED BY SOURCE: only the target's columns)
+                return not by_source and isinstance(value, exp.Column) and (column, _column_key(value)) in equal
+
+            assigned = then.expressions if isinstance(then, exp.Update) else []
+            moves, whole = _assignments(assigned, columns, label, same, "" if by_source else source_name)
+            if whole is not None:
+                reading.anywhere.append(f"{whole}: the whole table")
+            elif by_source:
+                condition = when.args.get("condition")
+                if condition is None:
+                    reading.anywhere.append(
+                        f"{label} has no condition of its own: it touches the target rows no source row matches, "
+                        "in every partition: the whole table"
+                    )
+                else:
+                    reading.pieces.append(_Piece(f"{label} AND {_short(condition)}", condition, moves=moves))
+            elif moves:
+                reading.moves.append(moves)
+            continue
+        if not isinstance(then, exp.Insert):
+            raise InvalidDeclarationError(f"{label} THEN {_short(then)}: cannot be read (INSERT ...)")
+        spec, whole = _inserted(then, columns, label)
+        if whole is not None:
+            reading.anywhere.append(f"{whole}: the whole table")
+        else:
+            reading.pieces.append(_Piece(f"{label} THEN INSERT", spec=spec))
+
+
+def _when_label(when: exp.When) -> str:
+    if when.args.get("matched"):
+        return "WHEN MATCHED"
+    return "WHEN NOT MATCHED BY SOURCE" if when.args.get("source") else "WHEN NOT MATCHED"
+
+
+def _inserted(insert: exp.Insert, columns: dict[str, str], label: str) -> tuple[Spec, str | None]:
+    """The partition a MERGE's ``INSERT (cols) VALUES (vals)`` writes (literal values), or why
+    its rows may land anywhere (``INSERT *``, a value from the data, a partition column left out:
+    it may be generated from the data)."""
+    names, values = insert.this, insert.expression
+    if isinstance(names, exp.Star):
+        return {}, f"{label} THEN INSERT * takes the partition columns from the source: its rows land in any partition"
+    if names is None:
+        return {}, f"{label} THEN INSERT VALUES (...) without a column list: which value is a partition column is not known"
+    if not isinstance(names, exp.Tuple) or not isinstance(values, exp.Tuple):
+        raise InvalidDeclarationError(f"{label} THEN {_short(insert)}: cannot be read (INSERT (cols) VALUES (vals) or INSERT *)")
+    if len(names.expressions) != len(values.expressions) or not all(isinstance(n, exp.Column) for n in names.expressions):
+        raise InvalidDeclarationError(f"{label} THEN {_short(insert)}: the column list and the values do not pair up")
+    given = {n.name.lower(): v for n, v in zip(names.expressions, values.expressions, strict=True)}
+    spec: Spec = {}
+    for lowered, column in columns.items():
+        if lowered not in given:
+            return {}, (
+                f"{label} THEN INSERT gives no value for partition column {column} (its default or generated "
+                "value comes from the data): its rows land in any partition"
+            )
+        literal = read_literal(column, given[lowered])
+        if literal is None or literal.value is None:
+            return {}, f"{label} THEN INSERT takes {column} from {_short(given[lowered])}: its rows land in any partition"
+        spec[column] = literal.value
+    return spec, None
+
+
+def _assignments(
+    assignments: Sequence[exp.Expr],
+    columns: dict[str, str],
+    label: str,
+    same: Callable[[str, exp.Expr], bool],
+    source: str = "",
+) -> tuple[dict[str, str], str | None]:
+    """An UPDATE SET's literal destinations for the partition columns, or why rows may move to
+    any partition. ``same(column, value)``: ``value`` surely equals the row's own ``column``;
+    ``SET *`` assigns each column from ``source``'s column of that name."""
+    moves: dict[str, str] = {}
+    for item in assignments:
+        if isinstance(item, exp.Star):
+            for lowered, column in columns.items():
+                if not source or not same(column, exp.column(lowered, table=source)):
+                    return {}, (
+                        f"{label} THEN UPDATE SET * takes {column} from the source, which ON does not hold "
+                        "equal to the target's: rows may move to any partition"
+                    )
+            continue
+        if not isinstance(item, exp.EQ) or not isinstance(item.this, exp.Column):
+            raise InvalidDeclarationError(f"{label}: the assignment {_short(item)!r} cannot be read (column = value)")
+        assigned = columns.get(item.this.name.lower())
+        if assigned is None:
+            continue
+        literal = read_literal(assigned, item.expression)
+        if literal is not None and literal.value is not None and assigned not in moves:
+            moves[assigned] = literal.value
+        elif not same(assigned, item.expression):
+            return {}, f"{label} sets {assigned} = {_short(item.expression)}: rows move to partitions the data decides"
+    return moves, None
+
+
+def _on_equalities(
+    on: exp.Expr | None, target: frozenset[str], source: str, columns: dict[str, str]
+) -> set[tuple[str, str]]:
+    """``(partition column, source column)`` pairs a top-level conjunct of ON holds equal
+    (``t.ds = s.ds``): a matched row's ``ds`` already is that source column's value."""
+    found: set[tuple[str, str]] = set()
+    if on is None or not target or not source:
+        return found
+    for conjunct in _conjuncts(on):
+        if not isinstance(conjunct, exp.EQ):
+            continue
+        for mine, theirs in ((conjunct.this, conjunct.expression), (conjunct.expression, conjunct.this)):
+            if not isinstance(mine, exp.Column) or not isinstance(theirs, exp.Column):
+                continue
+            column = columns.get(mine.name.lower())
+            if column is None or mine.table.lower() not in target or theirs.table.lower() != source:
+                continue
+            if mine.args.get("db") is not None or theirs.args.get("db") is not None:
+                continue
+            found.add((column, _column_key(theirs)))
+    return found
+
+
+def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
+    if isinstance(node, exp.Paren):
+        return _conjuncts(node.this)
+    if isinstance(node, exp.And):
+        return _conjuncts(node.this) + _conjuncts(node.expression)
+    return [node]
+
+
+def _column_key(node: exp.Column) -> str:
+    return f"{node.table.lower()}.{node.name.lower()}"
+
+
+def _is_column(value: exp.Expr, column: str, qualifiers: frozenset[str], bare: bool) -> bool:
+    """``value`` is the target's own ``column`` (``t.ds``; unqualified only where ``bare``)."""
+    if isinstance(value, exp.Paren):
+        return _is_column(value.this, column, qualifiers, bare)
+    if not isinstance(value, exp.Column) or value.name.lower() != column.lower() or value.args.get("db") is not None:
+        return False
+    return value.table.lower() in qualifiers if value.table else bare
+
+
+def _short(node: object) -> str:
+    text = node.sql(dialect=DIALECT) if isinstance(node, exp.Expr) else str(node)
+    return shorten(text)
+
+
+def _update_or_delete(found: SqlWrite, tree: exp.Update | exp.Delete, columns: dict[str, str]) -> _Reading:
     where = tree.args.get("where")
     verb = "UPDATE" if isinstance(tree, exp.Update) else "DELETE"
     reading = _Reading(found.operation, True, [], qualifiers=_names(tree.this), label=f"{verb} WHERE")
@@ -185,6 +406,17 @@ def _update_or_delete(found: SqlWrite, tree: exp.Update | exp.Delete) -> _Readin
         reading.whole = f"{verb} without WHERE touches every row: the whole table"
     else:
         reading.condition = where.this
+    if isinstance(tree, exp.Update) and columns:
+        qualifiers = reading.qualifiers
+
+        def same(column: str, value: exp.Expr) -> bool:
+            return _is_column(value, column, qualifiers, bare=True)
+
+        moves, whole = _assignments(tree.expressions, columns, "UPDATE SET", same)
+        if whole is not None:
+            reading.anywhere.append(f"{whole}: the whole table")
+        elif moves:
+            reading.moves.append(moves)
     return _with_target_reads(reading, tree, tree.this, found.table)
 
 
@@ -246,13 +478,21 @@ def _command(found: SqlWrite) -> _Reading:
     text = found.statement[offset:]
     qualifiers = frozenset({unquoted_parts(found.table)[-1].lower()})
     reading = _Reading(found.operation, True, [], label=f"{keyword}'s WHERE", qualifiers=qualifiers)
+    if keyword == "OPTIMIZE" and any(t.text.upper() == "ZORDER" for t in rest):
+        reading.zorder = True
+        reading.why.append(
+            "OPTIMIZE ... ZORDER BY rewrites rows in a new order: with row-level concurrency it can still "
+            "conflict with UPDATE, DELETE and MERGE (Databricks' row-level concurrency table)"
+        )
     predicate = _call_where(rest) if keyword == "CALL" else _command_where(text, rest)
     if predicate is None:
         reading.whole = f"{keyword} without a WHERE condition rewrites the whole table"
         return reading
     try:
         reading.condition = sqlglot.parse_one(predicate, read=DIALECT, into=exp.Condition)
-    except (sqlglot.ParseError, sqlglot.TokenError):
+    except RecursionError:
+        raise nested_too_deeply(f"{keyword}'s WHERE condition {shorten(predicate)!r}") from None
+    except sqlglot.errors.SqlglotError:
         reading.whole = f"{keyword}'s WHERE condition {predicate!r} cannot be read: the whole table"
     return reading
 
@@ -285,18 +525,63 @@ def _partitions(
             return (dict(reading.static),), ["the static PARTITION clause names the partition"], {}
         return None, ["the table's partition columns are unknown: partitions not derived (the whole table)"], {}
     scope = ColumnScope(columns, reading.qualifiers, reading.bare)
+    why: list[str] = []
     try:
         specs = both(static, read_condition(reading.condition, scope) if reading.condition is not None else [{}])
+        why += scope.notes
+        if {} in specs:
+            return None, why + [_whole_why(reading, columns), *reading.anywhere], _value_ranges(reading, columns)
+        if reading.anywhere:
+            return None, why + reading.anywhere, _value_ranges(reading, columns)
+        found = list(specs)
+        for moves in reading.moves:
+            found = either(found, _moved(specs, moves))
+            why.append(f"the rows it updates move to {_spelled(moves)}: those partitions are touched too")
+        for piece in reading.pieces:
+            extra, notes = _piece_specs(piece, reading, columns)
+            why += notes
+            if {} in extra:
+                return None, why + [f"{piece.label} does not pin any of the partition columns "
+                                    f"({', '.join(columns.values())}): the whole table"], _value_ranges(reading, columns)
+            found = either(found, extra)
+            why.append(f"{piece.label} adds {len(extra)} partition spec(s)")
     except TooManySpecs:
         return None, [f"{reading.label} reads as more than {MAX_SPECS} partition specs: the whole table"], {}
-    why = list(scope.notes)
     ranges = _value_ranges(reading, columns)
-    if not specs:
+    if not found:
         return None, why + [f"{reading.label} holds for no partition; treated as the whole table"], ranges
-    if {} in specs:
-        return None, why + [_whole_why(reading, columns)], ranges
-    named = ", ".join(sorted({c for s in specs for c in s}))
-    return tuple(specs), why + [f"{reading.label} confines the write to {len(specs)} partition spec(s) of {named}"], ranges
+    named = ", ".join(sorted({c for s in found for c in s}))
+    if reading.moves or reading.pieces:
+        last = f"{reading.label} with the rows the statement moves or adds: {len(found)} partition spec(s) of {named}"
+    else:
+        last = f"{reading.label} confines the write to {len(found)} partition spec(s) of {named}"
+    return tuple(found), why + [last], ranges
+
+
+def _piece_specs(piece: _Piece, reading: _Reading, columns: dict[str, str]) -> tuple[list[Spec], list[str]]:
+    """The specs a clause touches beside ON's: its own condition's (only the target's columns
+    may appear in a NOT MATCHED BY SOURCE condition, so a bare name is the target's), or the
+    inserted partition; with the rows its SET moves."""
+    if piece.condition is None:
+        return [dict(piece.spec)], []
+    scope = ColumnScope(columns, reading.qualifiers, True)
+    touched = read_condition(piece.condition, scope)
+    return (either(touched, _moved(touched, piece.moves)) if piece.moves else touched), list(scope.notes)
+
+
+def _moved(specs: Sequence[Spec], moves: Mapping[str, str]) -> list[Spec]:
+    """Where rows of ``specs`` land when ``SET`` gives their partition columns ``moves``."""
+    out: list[Spec] = []
+    for spec in specs:
+        moved: Spec = {c: v for c, v in spec.items() if c not in moves}
+        moved.update(moves)
+        if moved not in out:
+            out.append(moved)
+    return out
+
+
+def _spelled(moves: Mapping[str, str]) -> str:
+    return ", ".join(f"{c} = {v!r}" for c, v in sorted(moves.items()))
 
 
 def _whole_why(reading: _Reading, columns: dict[str, str]) -> str:

@@ -159,16 +159,35 @@ def _write(statement: str, where: str) -> SqlWrite:
     keyword = first_keyword(statement)
     if keyword in _COMMAND_WRITES:
         return _command_write(statement, keyword, where)
+    tree = parse_statement(statement, where)
+    try:
+        _refuse_nested_statements(tree, where)
+    except RecursionError:
+        raise nested_too_deeply(where) from None
+    operation, target = _operation_and_target(tree, statement, where)
+    return SqlWrite(statement, operation, _table_text(target, where))
+
+
+def parse_statement(statement: str, where: str) -> exp.Expr:
+    """One statement parsed by sqlglot's Spark dialect; what it cannot read (its errors, a
+    nesting deeper than Python's recursion limit, issue 24) is refused naming ``where``."""
     try:
         trees = [t for t in sqlglot.parse(statement, read=DIALECT) if t is not None]
-    except (ParseError, TokenError) as exc:
+    except RecursionError:
+        raise nested_too_deeply(where) from None
+    except (ParseError, TokenError, sqlglot.errors.SqlglotError) as exc:
         raise InvalidDeclarationError(f"{where} cannot be read as Spark SQL: {str(exc).splitlines()[0]}") from None
     if len(trees) != 1:
         raise InvalidDeclarationError(f"{where} is not one statement")
-    tree = trees[0]
-    _refuse_nested_statements(tree, where)
-    operation, target = _operation_and_target(tree, statement, where)
-    return SqlWrite(statement, operation, _table_text(target, where))
+    return trees[0]
+
+
+def nested_too_deeply(where: str) -> InvalidDeclarationError:
+    """The error for SQL nested deeper than the parser can follow (issue 24)."""
+    return InvalidDeclarationError(
+        f"{where} is nested too deeply to read (too many levels of parentheses, subqueries or "
+        "expressions); write it with fewer nested levels"
+    )
 
 
 def _operation_and_target(tree: exp.Expr, statement: str, where: str) -> tuple[Operation, exp.Expr]:

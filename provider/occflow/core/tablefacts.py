@@ -12,6 +12,7 @@ them, naming the fact. The engines read the facts (``engines/deltars/facts.py``,
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -20,6 +21,7 @@ from typing import Any
 from .errors import InvalidDeclarationError
 from .operations import Operation
 from .profiles import PROFILES, Profile, get_profile
+from .profiles.delta_rlc import DBX_RLC_ZORDER, ZORDER_PROFILE
 
 TABLE_FORMATS = ("delta", "iceberg", "maxcompute")
 #: The engine that commits, and the table format it writes. ``databricks``: Delta on Databricks
@@ -42,6 +44,16 @@ _ICEBERG_MODES = ("copy-on-write", "merge-on-read")
 # The Iceberg operations whose isolation level and write mode the table sets (Spark's row-level
 # DELETE / UPDATE / MERGE); every other write validates as the table's row-level writes do.
 _ICEBERG_ROW_LEVEL = {Operation.DELETE: "delete", Operation.UPDATE: "update", Operation.MERGE: "merge"}
+#: The properties each format's profile is read from (``TableFacts`` reads no other).
+DECIDING_PROPERTIES: dict[str, tuple[str, ...]] = {
+    "delta": (ISOLATION_LEVEL, DELETION_VECTORS, ROW_TRACKING),
+    "iceberg": tuple(f"write.{kind}.{what}" for kind in _ICEBERG_ROW_LEVEL.values() for what in ("isolation-level", "mode")),
+    "maxcompute": (TRANSACTIONAL,),
+}
+# How alike a key must be to one of those to be read as its misspelling (difflib's ratio, keys
+# lower-cased): delta.enableDeletionVector is 0.98; delta.enableChangeDataFeed (a real property,
+# 0.61) and write.delete.distribution-mode (0.72) are other properties, not typos.
+_TYPO_RATIO = 0.8
 # delta-io/delta#7360: open-source Delta has no row-level concurrency (Databricks Runtime 14.2+ has).
 _OSS_DELTA_NO_RLC = "open-source delta-spark has no row-level concurrency (delta-io/delta#7360)"
 
@@ -79,6 +91,7 @@ class TableFacts:
         object.__setattr__(self, "properties", MappingProxyType({str(k): str(v) for k, v in self.properties.items()}))
         # Read every property the profile depends on now: a value the format does not know is
         # an error when the facts are read, not when a profile is asked for.
+        self._refuse_misspelt_properties()
         if self.table_format == "delta":
             _ = (self.delta_isolation_level, self.deletion_vectors, self.row_tracking)
         elif self.table_format == "iceberg":
@@ -86,6 +99,23 @@ class TableFacts:
                 _ = (self.iceberg_isolation_level(op), self.iceberg_write_mode(op))
         else:
             _ = self.transactional
+
+    def _refuse_misspelt_properties(self) -> None:
+        """A property that is nearly one the profile is read from is its typo (issue 23:
+        ``delta.enableDeletionVector=true`` silently chose the matrix without row-level
+        concurrency). Other properties (a table has many) decide nothing and are kept."""
+        deciding = DECIDING_PROPERTIES[self.table_format]
+        lowered = {key.lower(): key for key in deciding}
+        for key in self.properties:
+            if key.lower() in lowered:
+                continue
+            near = difflib.get_close_matches(key.lower(), list(lowered), n=1, cutoff=_TYPO_RATIO)
+            if near:
+                raise InvalidDeclarationError(
+                    f"table {self.table} has property {key!r}, which {self.table_format} tables do not know "
+                    f"(did you mean {lowered[near[0]]!r}?); the properties occflow reads for a "
+                    f"{self.table_format} table are {', '.join(deciding)}"
+                )
 
     # ------------------------------------------------------------------ the facts
 
@@ -156,20 +186,32 @@ class TableFacts:
 
     # ------------------------------------------------------------------ the profile
 
-    def profile_name(self, operation: Operation | None = None) -> str:
-        """The profile whose matrix this table follows (for ``operation``, on Iceberg)."""
-        return self._derive(operation)[0]
+    def profile_name(self, operation: Operation | None = None, *, zorder: bool | None = None) -> str:
+        """The profile whose matrix this table follows (for ``operation``, on Iceberg).
 
-    def profile(self, operation: Operation | None = None) -> Profile:
-        return get_profile(self.profile_name(operation))
+        ``zorder`` (``DerivedWrite.zorder``): whether the write is an ``OPTIMIZE ... ZORDER BY``,
+        which follows the matrix without row-level concurrency; ``None`` (not told) for an
+        OPTIMIZE is read as "may be": never the matrix that keeps fewer pairs apart."""
+        return self._derive(operation, zorder)[0]
 
-    def why(self, operation: Operation | None = None) -> tuple[str, ...]:
+    def profile(self, operation: Operation | None = None, *, zorder: bool | None = None) -> Profile:
+        return get_profile(self.profile_name(operation, zorder=zorder))
+
+    def why(self, operation: Operation | None = None, *, zorder: bool | None = None) -> tuple[str, ...]:
         """The facts the profile follows from, one reason a line."""
-        return self._derive(operation)[1]
+        return self._derive(operation, zorder)[1]
 
-    def _derive(self, operation: Operation | None) -> tuple[str, tuple[str, ...]]:
+    def _derive(self, operation: Operation | None, zorder: bool | None = None) -> tuple[str, tuple[str, ...]]:
         if self.table_format == "delta":
-            return self._delta()
+            name, why = self._delta()
+            maybe = zorder is None and operation is Operation.OPTIMIZE
+            if (zorder or maybe) and name in ZORDER_PROFILE:
+                # Databricks' row-level table: OPTIMIZE ... ZORDER BY can conflict with UPDATE,
+                # DELETE and MERGE (delta_rlc.ZORDER_CHANGES), which the plain matrix holds.
+                plain = ZORDER_PROFILE[name]
+                what = "an OPTIMIZE not known to be without ZORDER BY" if maybe else "OPTIMIZE ... ZORDER BY"
+                return plain, (*why, f"{what} follows {plain!r}, not {name!r} ({DBX_RLC_ZORDER})")
+            return name, why
         if self.table_format == "iceberg":
             return self._iceberg(operation)
         return self._maxcompute()
@@ -254,7 +296,9 @@ class TableFacts:
 
     # ------------------------------------------------------------------ a declared profile
 
-    def check_declared_profile(self, declared: str | Profile, operation: Operation | None = None) -> None:
+    def check_declared_profile(
+        self, declared: str | Profile, operation: Operation | None = None, *, zorder: bool | None = None
+    ) -> None:
         """Refuse a declared profile the table's facts contradict, naming the fact.
 
         Two allowances: the non-row-level matrix on a table that qualifies for row-level
@@ -263,12 +307,15 @@ class TableFacts:
         DataFrame ``isolation-level`` option (a property of the write, not of the table).
         """
         profile = get_profile(declared)
-        expected = self.profile_name(operation)
+        expected = self.profile_name(operation, zorder=zorder)
         if profile.name in (expected, expected.removesuffix("-rlc"), f"{expected}-validated"):
             return
+        contradiction = self._contradiction(profile, operation)
+        if profile.name != expected and profile.name == self.profile_name(operation, zorder=False):
+            contradiction = "OPTIMIZE ... ZORDER BY can conflict with UPDATE, DELETE and MERGE under row-level concurrency"
         raise InvalidDeclarationError(
-            f"profile {profile.name!r} contradicts table {self.table}: {self._contradiction(profile, operation)}; "
-            f"its matrix is {expected!r} ({'; '.join(self.why(operation))}). Declare profile={expected!r} "
+            f"profile {profile.name!r} contradicts table {self.table}: {contradiction}; "
+            f"its matrix is {expected!r} ({'; '.join(self.why(operation, zorder=zorder))}). Declare profile={expected!r} "
             "or leave the profile out"
         )
 

@@ -237,3 +237,57 @@ DELTA_WRITE_SERIALIZABLE_RLC = Profile(
 )
 
 PROFILES: tuple[Profile, ...] = (DELTA_SERIALIZABLE_RLC, DELTA_WRITE_SERIALIZABLE_RLC)
+
+# --------------------------------------------------------------------------------------------
+# OPTIMIZE ... ZORDER BY (issue 23): the exception Databricks' row-level table names
+# --------------------------------------------------------------------------------------------
+
+DBX_RLC_ZORDER = (
+    "docs.databricks.com/aws/en/optimizations/isolation/row-level-concurrency, 'Conflict matrix with "
+    "row-level concurrency', row OPTIMIZE x column UPDATE, DELETE, MERGE INTO: can conflict when ZORDER BY is "
+    "used, cannot conflict otherwise"
+)
+N_ZORDER = (
+    "OPTIMIZE ... ZORDER BY rewrites the rows it compacts in a new order, so deletion vectors do not let it "
+    "commit beside a row-level write: the pair keeps its cell without row-level concurrency (delta.DELTA_MATRIX)"
+)
+
+#: The pairs in which an ``OPTIMIZE ... ZORDER BY`` keeps the cell without row-level concurrency:
+#: (earlier, later, source, note). The page's table names the pair once; it holds in both
+#: commit orders. Two OPTIMIZEs already keep theirs (``RLC_CHANGES``).
+ZORDER_CHANGES: tuple[tuple[Operation, Operation, str, str], ...] = (
+    *((Op.OPTIMIZE, later, src(DBX_RLC_ZORDER, RLC_CHECK), N_ZORDER) for later in _ROW_LEVEL),
+    *((earlier, Op.OPTIMIZE, src(DBX_RLC_ZORDER, RLC_CHECK), N_ZORDER) for earlier in _ROW_LEVEL),
+)
+
+#: Each row-level concurrency profile, and the profile whose matrix an ``OPTIMIZE ... ZORDER BY``
+#: on its table follows: the same isolation level without row-level concurrency, which holds
+#: every ``ZORDER_CHANGES`` cell (``zorder_cells``) and keeps the other pairs at least as apart.
+ZORDER_PROFILE: dict[str, str] = {
+    DELTA_SERIALIZABLE_RLC.name: "delta-serializable",
+    DELTA_WRITE_SERIALIZABLE_RLC.name: "delta-write-serializable",
+}
+
+
+def zorder_cells(level: IsolationLevel) -> tuple[Cell, ...]:
+    """The ``ZORDER_CHANGES`` pairs at one isolation level: ``DELTA_MATRIX``'s outcome (the cell
+    without row-level concurrency), citing the ZORDER exception."""
+    changes = {(row[0], row[1]): row for row in ZORDER_CHANGES}
+    cells: list[Cell] = []
+    for earlier, later, serializable, write_serializable, _source, _note in DELTA_MATRIX:
+        if (earlier, later) not in changes:
+            continue
+        _, _, source, note = changes[(earlier, later)]
+        outcome = serializable if level is IsolationLevel.SERIALIZABLE else write_serializable
+        cells.append(
+            Cell(
+                earlier=earlier,
+                later=later,
+                later_fails=outcome.exception is not None,
+                exception=outcome.exception,
+                effect=outcome.effect,
+                source=source,
+                note=note,
+            )
+        )
+    return tuple(cells)
