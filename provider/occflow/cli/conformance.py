@@ -22,6 +22,7 @@ from ..engines.conformance import (
     run_runners,
 )
 from ..engines.spark import iceberg_conformance
+from . import SUBCOMMANDS
 
 DEFAULT_DOCS_DIR = "docs/conformance"
 
@@ -65,7 +66,7 @@ def run_engine(
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "conformance",
-        help="run every pair of operations on a real engine and compare with the profiles' matrices",
+        help=SUBCOMMANDS["conformance"].help,
         description=(
             "Each pair runs on one partition of a fresh real table: the later job starts on the earlier "
             "job's snapshot and commits after it. Divergences from the profiles are listed, not hidden."

@@ -5,7 +5,9 @@ from its engine (``--delta-location`` through delta-rs, ``--spark`` / ``--spark-
 Spark session); its facts decide the profile. The output names the operation, the partitions
 (or the whole table), whether the job reads its target, the profile and why, the operations it
 conflicts with under that profile, and, for each ``--against`` job, whether the two may run
-together: the rule admission applies (``leases.model.Claim.blocks``). A MaxCompute table
+together: the rule admission applies (``leases.model.Claim.blocks``: the footprints' reach on the
+engine overlaps and a matrix says the operations conflict), with a reason that says which of
+the two decided. A MaxCompute table
 (``--table-format maxcompute*``) is read as ``MaxComputeWriteOperator`` reads its SQL
 (``engines.maxcompute.sql``): MaxCompute's ``ALTER TABLE t [PARTITION (...)] COMPACT MINOR | MAJOR``
 and ``... MERGE SMALLFILES`` (``core.sqlread.read_alter_write``), a MERGE held to UPDATE's row.
@@ -28,7 +30,7 @@ from ..core.errors import InvalidDeclarationError
 from ..core.footprint import footprints_overlap
 from ..core.identifiers import canonical_table
 from ..core.operations import Operation
-from ..core.profiles import Cell, Profile
+from ..core.profiles import Cell, Profile, footprint_reach, operations_conflict
 from ..core.sqlderive import DerivedWrite, derive_write
 from ..core.sqlread import (
     MAXCOMPUTE_ALTER_FORMS,
@@ -40,11 +42,8 @@ from ..core.sqlread import (
     split_statements,
 )
 from ..core.tablefacts import TableFacts
-from ..engines.deltars.facts import deltars_table_facts
 from ..engines.maxcompute.sql import read_maxcompute_write
-from ..engines.spark import SparkConfig, SparkEngine
-from ..engines.spark.facts import spark_table_facts
-from ..leases.model import Claim
+from . import SUBCOMMANDS
 
 #: ``--table-format`` values: a table format, or the engine / table kind it implies.
 TABLE_FORMATS: dict[str, tuple[str, str | None, dict[str, str]]] = {
@@ -59,7 +58,7 @@ TABLE_FORMATS: dict[str, tuple[str, str | None, dict[str, str]]] = {
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "explain",
-        help="the write a SQL job declares: operation, partitions, profile, conflicts",
+        help=SUBCOMMANDS["explain"].help,
         description="Derive a SQL write job's declaration (operation, table, partitions or the whole "
         "table, whether it reads its target) and the profile its table's facts give, and say which "
         "operations it conflicts with. Name the table's format, or look the table up on its engine.",
@@ -98,8 +97,9 @@ class Explained:
         return (*self.derived.why, *self.facts.why(self.derived.operation))
 
     @property
-    def claim(self) -> Claim:
-        return Claim(self.profile, self.derived.operation, self.derived.partition_keys())
+    def reach(self) -> frozenset[str] | None:
+        """The partitions its commit is validated against (``None``: the whole table)."""
+        return footprint_reach(self.profile, self.derived.operation, self.derived.partition_keys())
 
     def to_json(self) -> dict[str, Any]:
         out = dict(self.derived.to_json())
@@ -165,6 +165,9 @@ def table_facts(args: argparse.Namespace, table: str) -> TableFacts:
             + "--table-format FORMAT (with --partition-columns), --delta-location PATH, or --spark / --spark-conf"
         )
     if args.delta_location:
+        # delta-rs (deltalake) loads only for --delta-location: `occflow explain` starts without it
+        from ..engines.deltars.facts import deltars_table_facts
+
         options = pairs(args.storage_option, "--storage-option") or None
         try:
             return deltars_table_facts(args.delta_location, options, table)
@@ -173,6 +176,9 @@ def table_facts(args: argparse.Namespace, table: str) -> TableFacts:
         except Exception as exc:  # noqa: BLE001 - delta-rs's errors (no table there, no access) end the command
             raise InvalidDeclarationError(f"cannot read the Delta table at {args.delta_location}: {exc}") from exc
     if spark:
+        # pyspark, pydantic and the session settings load only for --spark (see the deltalake note)
+        from ..engines.spark.facts import spark_table_facts
+
         return spark_table_facts(spark_session(pairs(args.spark_conf, "--spark-conf")), table)
     table_format, engine, implied = TABLE_FORMATS[args.table_format]
     columns = tuple(c.strip() for c in args.partition_columns.split(",") if c.strip())
@@ -182,6 +188,8 @@ def table_facts(args: argparse.Namespace, table: str) -> TableFacts:
 def spark_session(conf: dict[str, str]) -> Any:
     """A local session of occflow's embedded default config with ``conf`` on top (a running
     session of this process is reused when its catalog settings agree)."""
+    from ..engines.spark import SparkConfig, SparkEngine  # pyspark: only for --spark (as above)
+
     return SparkEngine(SparkConfig(conf=conf, app_name="occflow-explain")).session()
 
 
@@ -220,23 +228,47 @@ def explain_other(sql: str, facts: TableFacts) -> Explained | str:
 
 
 def compare(job: Explained, other: Explained | str) -> dict[str, Any]:
-    """Whether ``job`` and ``other`` may run together, by the rule admission applies."""
+    """Whether ``job`` and ``other`` may run together, by the rule admission applies
+    (``leases.model.Claim.blocks``): their footprints' reach overlaps and a matrix says the
+    operations conflict. The reason names what decided: disjoint partitions, an operation whose
+    commit the engine validates against the whole table (delta-rs's appends and OPTIMIZE), or
+    the matrix cells."""
     if isinstance(other, str):
         return {"table": other, "conflict": False, "reason": f"writes {other}, not {job.facts.table}"}
     overlap = footprints_overlap(job.derived.partition_keys(), other.derived.partition_keys())
-    conflict = job.claim.blocks(other.claim)
+    meet = footprints_overlap(job.reach, other.reach)
     a, b = job.derived.operation, other.derived.operation
+    conflict = meet and operations_conflict(job.profile, a, other.profile, b)
     where = f"{_where(job.derived)} vs {_where(other.derived)}"
-    if not overlap:
+    if overlap:
+        reason = f"their footprints overlap ({where}); {_cells(job, other)}"
+    elif not meet:
         reason = f"their partitions are disjoint ({where})"
     else:
-        orders = ((a, b), (b, a))
-        reason = f"their footprints overlap ({where}); " + "; ".join(
-            f"{x.value} then {y.value}: {_outcome(_cell(job.profile, x, y))}" for x, y in orders
-        )
+        whole = " and ".join(dict.fromkeys(
+            f"{x.derived.operation.value} ({x.profile.name})" for x in (job, other) if x.reach is None
+        ))
+        validated = f"the engine validates the commit of {whole} against the whole table"
+        reason = (
+            f"their partitions are disjoint ({where}), but the append reach makes them conflict: {validated}; "
+            if conflict else
+            f"their partitions are disjoint ({where}); {validated} (append reach), and the matrix lets both commit: "
+        ) + _cells(job, other)
     out = other.derived.to_json()
     out.update(profile=other.profile.name, overlap=overlap, conflict=conflict, reason=reason)
     return out
+
+
+def _cells(job: Explained, other: Explained) -> str:
+    """The cells of both commit orders, under each profile of the pair (admission keeps them
+    apart when either says conflict)."""
+    a, b = job.derived.operation, other.derived.operation
+    profiles = dict.fromkeys((job.profile, other.profile))
+    return "; ".join(
+        (f"under {profile.name}: " if len(profiles) > 1 else "")
+        + "; ".join(f"{x.value} then {y.value}: {_outcome(_cell(profile, x, y))}" for x, y in dict.fromkeys(((a, b), (b, a))))
+        for profile in profiles
+    )
 
 
 def conflicts_with(job: Explained) -> list[dict[str, Any]]:
@@ -272,6 +304,8 @@ def _outcome(cell: Cell | None) -> str:
     if cell.later_fails:
         rows = " on the same rows" if cell.to_dict().get("condition") == "same_rows" else ""
         return f"the later fails{rows} ({cell.exception.value if cell.exception else 'conflict'})"
+    if cell.effect.corrupts_data:
+        return f"both commit and the data is wrong ({cell.effect.value})"
     return f"both commit ({cell.effect.value})"
 
 

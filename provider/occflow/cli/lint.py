@@ -12,10 +12,11 @@ from ..lint.baseline import read_baseline, write_baseline
 from ..lint.config import load_config
 from ..lint.dagscan import ScannedFolder, scan_dag_folder
 from ..lint.report import lint
+from . import SUBCOMMANDS
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("lint", help="find tasks that can run together and would conflict by the matrix")
+    p = sub.add_parser("lint", help=SUBCOMMANDS["lint"].help)
     p.add_argument("dag_folder", metavar="DAG_FOLDER")
     p.add_argument("--window", type=float, default=60.0, metavar="MINUTES",
                    help="runs of two DAGs starting this close may overlap (default 60: a run's length)")

@@ -1,31 +1,42 @@
-"""``occflow matrix PROFILE`` and ``occflow profiles``."""
+"""``occflow matrix PROFILE`` and ``occflow profiles``.
+
+``PROFILE`` may be a table format, with ``--engine`` the engine that commits: resolved as
+``occflow policy`` resolves it (``policy.resolve_profile``), the note on stderr but for tables.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from tabulate import tabulate
 
 from ..core.profiles import PROFILES, get_profile
 from ..core.render import matrix_json, matrix_markdown, matrix_table
+from . import SUBCOMMANDS
+from .policy import add_engine_option, resolve_profile
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("matrix", help="print a profile's conflict matrix")
-    p.add_argument("profile", help=f"one of: {', '.join(PROFILES)}")
+    p = sub.add_parser("matrix", help=SUBCOMMANDS["matrix"].help)
+    p.add_argument("profile", help=f"a profile: {', '.join(PROFILES)}; or a table format (as for occflow policy)")
+    add_engine_option(p)
     p.add_argument("--format", choices=["table", "json", "markdown"], default="table")
     p.set_defaults(func=_matrix)
 
-    p = sub.add_parser("profiles", help="list the profiles")
+    p = sub.add_parser("profiles", help=SUBCOMMANDS["profiles"].help)
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.add_argument("--write-docs", metavar="DIR", help="write one Markdown page per profile into DIR")
     p.set_defaults(func=_profiles)
 
 
 def _matrix(args: argparse.Namespace) -> int:
-    profile = get_profile(args.profile)
+    resolved = resolve_profile(args.profile, args.engine)
+    if resolved.note is not None:
+        print(resolved.note, file=sys.stdout if args.format == "table" else sys.stderr)
+    profile = get_profile(resolved.profile)
     render = {"table": matrix_table, "json": matrix_json, "markdown": matrix_markdown}[args.format]
     print(render(profile))
     return 0

@@ -1,7 +1,9 @@
 """``occflow policy PROFILE OPERATION``: the effective conflict policy a write task follows.
 
 ``PROFILE`` may also be a table format (``delta``, ``iceberg``, ``maxcompute``...): the format's
-default profile, the one an operator given ``table_format=`` uses (``FORMAT_DEFAULT_PROFILE``).
+default profile (``FORMAT_DEFAULT_PROFILE``), or with ``--engine`` the profile the engine's
+operator uses on such a table (``DeltaWriteOperator``: delta-rs's own matrix, not Databricks').
+``occflow matrix`` resolves its name the same way (``resolve_profile``).
 """
 
 from __future__ import annotations
@@ -9,23 +11,120 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 
 from ..core.declaration import FORMAT_DEFAULT_PROFILE
 from ..core.errors import InvalidDeclarationError, UnknownProfileError
+from ..core.operations import Operation, parse_operation
 from ..core.policy import Action, derive_policy
-from ..core.profiles import PROFILES
+from ..core.profiles import PROFILES, get_profile
+from ..core.tablefacts import TableFacts
+from . import SUBCOMMANDS
+
+
+@dataclass(frozen=True)
+class Engine:
+    """An engine ``--engine`` names: the operator that writes through it, and for each table
+    format it writes, the engine that commits as ``TableFacts`` knows it (its profile follows)."""
+
+    operator: str
+    commits: dict[str, str]
+
+
+#: ``--engine`` values.
+ENGINES: dict[str, Engine] = {
+    "delta-rs": Engine("DeltaWriteOperator", {"delta": "delta-rs"}),
+    "spark": Engine("SparkWriteOperator", {"delta": "delta-spark", "iceberg": "spark-iceberg"}),
+    "maxcompute": Engine("MaxComputeWriteOperator", {"maxcompute": "maxcompute"}),
+}
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The profile a name (and ``--engine``) means, and a note saying how it was chosen."""
+
+    profile: str
+    note: str | None = None
+
+
+def _format_facts(name: str, engine: str) -> TableFacts:
+    """A table of format ``name`` (a ``FORMAT_DEFAULT_PROFILE`` key) written by ``engine``,
+    with no property set: the profile its facts give is the one the operator uses by default."""
+    table_format = get_profile(FORMAT_DEFAULT_PROFILE[name]).table_format
+    commits = ENGINES[engine].commits
+    if table_format not in commits:
+        raise InvalidDeclarationError(
+            f"--engine {engine} ({ENGINES[engine].operator}) does not write {table_format} tables; "
+            f"it writes {', '.join(commits)}"
+        )
+    implied = {"transactional": "true"} if FORMAT_DEFAULT_PROFILE[name] == "maxcompute-transactional" else {}
+    return TableFacts(f"a {name} table", table_format, commits[table_format], properties=implied)
+
+
+def resolve_profile(name: str, engine: str | None = None, operation: Operation | None = None) -> Resolved:
+    """The profile ``name`` means: a profile, or a table format's profile, the default one or
+    (``engine``) the one that engine's operator uses for ``operation``."""
+    if name in PROFILES:
+        if engine is not None:
+            _check_engine_uses(name, engine, operation)
+        return Resolved(name)
+    if name not in FORMAT_DEFAULT_PROFILE:
+        formats = ", ".join(f for f in FORMAT_DEFAULT_PROFILE if f not in PROFILES)
+        raise UnknownProfileError(
+            f"unknown profile or table format {name!r}; profiles: {', '.join(PROFILES)}; table formats: {formats}"
+        )
+    if engine is not None:
+        profile = _format_facts(name, engine).profile_name(operation)
+        return Resolved(profile, f"table format {name} written by {engine} ({ENGINES[engine].operator}): profile {profile}")
+    default = FORMAT_DEFAULT_PROFILE[name]
+    same, others = [], []
+    for other, found in ENGINES.items():
+        try:
+            profile = _format_facts(name, other).profile_name(operation)
+        except InvalidDeclarationError:  # the engine does not write this format
+            continue
+        if profile == default:
+            same.append(f"{found.operator}'s, --engine {other}")
+        else:
+            others.append(f"; {found.operator} uses {profile} (--engine {other})")
+    used_by = f" ({'; '.join(same)})" if same else ""
+    return Resolved(
+        default,
+        f"table format {name}: its default profile {default}{used_by}{''.join(others)}; name a profile to choose another",
+    )
+
+
+def _check_engine_uses(name: str, engine: str, operation: Operation | None) -> None:
+    """Refuse a profile the engine's operator does not follow: another format's, or (Delta)
+    delta-rs's own matrix on delta-spark and Databricks' matrices on delta-rs."""
+    profile = get_profile(name)
+    commits = ENGINES[engine].commits
+    if profile.table_format not in commits:
+        raise InvalidDeclarationError(
+            f"profile {name} describes {profile.table_format} tables; --engine {engine} "
+            f"({ENGINES[engine].operator}) writes {', '.join(commits)}"
+        )
+    own = "delta-rs"  # the one engine with its own matrix whatever the table's properties
+    uses = _format_facts(profile.table_format, engine).profile_name(operation)
+    if (name == own) != (uses == own):
+        raise InvalidDeclarationError(
+            f"--engine {engine} ({ENGINES[engine].operator}) does not follow profile {name}: on a "
+            f"{profile.table_format} table it follows {uses}"
+        )
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "policy",
-        help="print the conflict policy of an operation on a profile",
+        help=SUBCOMMANDS["policy"].help,
         description="What a write task does when it loses a conflict, per conflict kind, as derived "
         "from the profile's matrix (and your overrides).",
     )
     formats = ", ".join(f for f in FORMAT_DEFAULT_PROFILE if f not in PROFILES)
-    p.add_argument("profile", help=f"a profile: {', '.join(PROFILES)}; or a table format ({formats}) for its default profile")
+    p.add_argument("profile", help=f"a profile: {', '.join(PROFILES)}; or a table format ({formats}) for its default "
+                   "profile, or with --engine the one that engine's operator uses")
     p.add_argument("operation", help="canonical name (merge) or SQL spelling ('MERGE INTO')")
+    add_engine_option(p)
     p.add_argument("--format", choices=["table", "json"], default="table")
     p.add_argument(
         "--override",
@@ -53,26 +152,24 @@ def _overrides(pairs: list[str]) -> dict[str, str]:
     return found
 
 
-def profile_for(name: str) -> tuple[str, str | None]:
-    """The profile ``name`` means, and a note when it is a table format's default profile."""
-    if name in PROFILES:
-        return name, None
-    if name in FORMAT_DEFAULT_PROFILE:
-        profile = FORMAT_DEFAULT_PROFILE[name]
-        return profile, f"table format {name}: its default profile {profile} (name a profile to choose another)"
-    formats = ", ".join(f for f in FORMAT_DEFAULT_PROFILE if f not in PROFILES)
-    raise UnknownProfileError(
-        f"unknown profile or table format {name!r}; profiles: {', '.join(PROFILES)}; table formats: {formats}"
+def add_engine_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--engine",
+        choices=list(ENGINES),
+        help="the engine that commits: a table format then means the profile its operator uses ("
+        + ", ".join(f"{name}: {engine.operator}" for name, engine in ENGINES.items())
+        + "); a profile it does not follow is refused",
     )
 
 
 def _policy(args: argparse.Namespace) -> int:
-    profile, note = profile_for(args.profile)
-    if note is not None:
-        print(note, file=sys.stderr if args.format == "json" else sys.stdout)
+    operation = parse_operation(args.operation)
+    resolved = resolve_profile(args.profile, args.engine, operation)
+    if resolved.note is not None:
+        print(resolved.note, file=sys.stderr if args.format == "json" else sys.stdout)
     policy = derive_policy(
-        profile,
-        args.operation,
+        resolved.profile,
+        operation,
         _overrides(args.override),
         replans_from_fresh_snapshot=not args.no_replan,
     )

@@ -6,11 +6,12 @@ import argparse
 import json
 
 from ..lint.planning import PlannedPool, plan_pools
+from . import SUBCOMMANDS
 from .lint import scan_for
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("pools", help="derive Airflow pools from the DAGs' declared writes")
+    p = sub.add_parser("pools", help=SUBCOMMANDS["pools"].help)
     verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
     for verb, text in (("plan", "print the pools and each task's pool_slots"),
                        ("sync", "create or update the planned pools in Airflow (AIRFLOW_HOME's database)")):

@@ -10,12 +10,13 @@ from tabulate import tabulate
 
 from ..sim import POLICY_ALIASES, POLICY_NAMES, Run, load_workload, parse_policies, simulate
 from ..sim.plot import plot_runs
+from . import SUBCOMMANDS
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "simulate",
-        help="simulate a workload of concurrent writes under each policy",
+        help=SUBCOMMANDS["simulate"].help,
         description="Run a workload YAML file (bench/workloads/) through the discrete-event simulator; "
         "commits are validated by each table's conflict matrix at partition granularity.",
     )
