@@ -28,7 +28,9 @@ MERGE_EXPLICIT = (
     "MERGE INTO db.events t USING updates s "
     "ON s.user_id = t.user_id AND s.date = t.date AND s.country = t.country "
     "AND t.date = '{date}' AND t.country = '{country}' "
-    "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+    # INSERT * takes date and country from the source (the whole table): the spec's literals
+    "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT (user_id, date, country) "
+    "VALUES (s.user_id, '{date}', '{country}')"
 )
 UPDATE_LATER = "UPDATE db.events SET v = v + 1 WHERE date > '2010-01-01'"
 DELETE_EARLIER = "DELETE FROM db.events WHERE date < '2010-01-01'"
