@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _store(args: argparse.Namespace) -> LeaseStore:
-    return LeaseStore.from_url(store_url(args.store))
+    # A missing SQLite file is a typo or the wrong AIRFLOW_HOME, not an empty store to create.
+    return LeaseStore.from_url(store_url(args.store), existing=True)
 
 
 def _list(args: argparse.Namespace) -> int:

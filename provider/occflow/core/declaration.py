@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidDeclarationError, InvalidFootprintError
-from .identifiers import canonical_table, table_parts
+from .identifiers import canonical_table, shown, table_parts
 from .operations import Operation
 from .profiles import Cell, Profile, get_profile
 from .ranges import canonical_spec_value, key_value_parts
@@ -42,23 +42,25 @@ def validate_table_identifier(table: str) -> str:
 
 def partition_key(values: Mapping[str, Any]) -> str:
     """``{"ds": "2024-01-01", "country": "NL"}`` -> ``"country=NL/ds=2024-01-01"``: columns
-    sorted and lower-cased, values canonical (``1``, ``1.0`` and ``"1"`` are one value); a
-    ``core.ranges.ValueRange`` value gives its bounds (``ds>=2024-01-01/ds<2024-02-01``)."""
+    sorted and lower-cased, values canonical (``core.identifiers.canonical_value``: ``1``,
+    ``1.0`` and ``"1"`` are one value; ``"2024-1-1"``, ``date(2024, 1, 1)`` and a midnight
+    ``datetime`` are ``2024-01-01``); a ``core.ranges.ValueRange`` value gives its canonical
+    bounds (``ds>=2024-01-01/ds<2024-02-01``)."""
     if not isinstance(values, Mapping) or not values:
         raise InvalidFootprintError(
-            f"a partition spec is a non-empty mapping of column to value, got {values!r}"
+            f"a partition spec is a non-empty mapping of column to value, got {shown(values)}"
         )
     parts = []
     for column in values:
         if not isinstance(column, str) or not _PARTITION_COLUMN_RE.fullmatch(column):
-            raise InvalidFootprintError(f"invalid partition column {column!r}: use letters, digits, _")
+            raise InvalidFootprintError(f"invalid partition column {shown(column)}: use letters, digits, _")
     if len({c.lower() for c in values}) != len(values):
-        raise InvalidFootprintError(f"partition spec {dict(values)!r} names one column twice (columns ignore case)")
+        raise InvalidFootprintError(f"partition spec {shown(dict(values))} names one column twice (columns ignore case)")
     for column in sorted(values, key=str.lower):
         value = values[column]
         if value is None or isinstance(value, (dict, list, tuple, set)):
             raise InvalidFootprintError(
-                f"partition value for {column!r} must be a scalar, got {value!r}"
+                f"partition value for {column!r} must be a scalar, got {shown(value)}"
             )
         parts.extend(key_value_parts(column.lower(), canonical_spec_value(column, value)))
     return "/".join(parts)
@@ -196,7 +198,7 @@ def normalise_partitions(
         partitions = [partitions]
     if isinstance(partitions, (str, bytes)) or not isinstance(partitions, Sequence):
         raise InvalidFootprintError(
-            f"partitions must be a mapping like {{'ds': '2024-01-01'}} or a list of them, got {partitions!r}"
+            f"partitions must be a mapping like {{'ds': '2024-01-01'}} or a list of them, got {shown(partitions)}"
         )
     out: list[Mapping[str, Any]] = []
     for spec in partitions:

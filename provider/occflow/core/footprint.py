@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from .errors import InvalidFootprintError
+from .identifiers import shown
 from .kinds import ConflictKind
 from .operations import Operation
 from .ranges import ValueRange, parse_key_parts, values_overlap
@@ -72,12 +73,12 @@ def partitions(values: Iterable[PartitionKey] | None) -> frozenset[PartitionKey]
         return None
     if isinstance(values, str):
         raise InvalidFootprintError(
-            f"partitions must be a list of partition keys, not the string {values!r}"
+            f"partitions must be a list of partition keys, not the string {shown(values)}"
         )
     out = frozenset(values)
     for key in out:
         if not isinstance(key, str):
-            raise InvalidFootprintError(f"partition key {key!r} is not a string like 'ds=2024-01-01'")
+            raise InvalidFootprintError(f"partition key {shown(key)} is not a string like 'ds=2024-01-01'")
     return out
 
 
@@ -85,7 +86,7 @@ def parse_partition_key(key: PartitionKey) -> dict[str, str | ValueRange]:
     """``"ds=2024-01-01/country=NL"`` -> ``{"ds": "2024-01-01", "country": "NL"}``; a range's
     parts, ``"ds>=2024-01-01/ds<2024-02-01"``, -> ``{"ds": ValueRange(...)}`` (``core.ranges``)."""
     if not isinstance(key, str) or not key.strip():
-        raise InvalidFootprintError(f"a partition key is a non-empty string like 'ds=2024-01-01', got {key!r}")
+        raise InvalidFootprintError(f"a partition key is a non-empty string like 'ds=2024-01-01', got {shown(key)}")
     return parse_key_parts(key, key.split("/"))
 
 

@@ -2,7 +2,9 @@
 
 Admission, lint and pools compare footprints by these canonical forms: ``db.T``, ```db`.`t```
 and (on an engine whose default catalog is ``lake``) ``lake.db.t`` are one table; partition
-values ``1``, ``1.0`` and ``"1"`` are one partition. A path is never a table name: a table
+values ``1``, ``1.0`` and ``"1"`` are one partition, and so are the spellings of one day that
+an engine casts to one value of a DATE column (``"2024-1-1"``, ``date(2024, 1, 1)``,
+``datetime(2024, 1, 1)``, ``"2024-01-01T00:00:00+00:00"``: all ``2024-01-01``). A path is never a table name: a table
 whose location is a path is declared with an explicit ``location``, and that location is
 checked by the engine against its warehouse root.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import re
+import reprlib
 from typing import Any
 
 from .errors import InvalidDeclarationError, InvalidFootprintError
@@ -31,20 +34,41 @@ _PATHLIKE_RE = re.compile(r"^[`'\"]?(?:[A-Za-z][A-Za-z0-9+.-]*:|/|\\|\.{1,2}/|~)
 #: by databases. ``=`` is fine: a key splits on the first ``=`` of each part.
 _VALUE_FORBIDDEN_RE = re.compile(r"[/\x00-\x1f\x7f]")
 MAX_VALUE_CHARS = 512
+#: A day as engines read it when they cast text to DATE: a 4-digit year, 1-2 digit month and day.
+_DATE_RE = re.compile(r"([0-9]{4})-([0-9]{1,2})-([0-9]{1,2})")
+#: A day with a time of day (what ``{{ ts }}`` or ``str(datetime)`` renders), optionally zoned.
+_DATETIME_RE = re.compile(
+    r"([0-9]{4}-[0-9]{1,2}-[0-9]{1,2})[T ]([0-9]{1,2}):([0-9]{2})(?::([0-9]{2})(?:\.([0-9]{1,9}))?)?"
+    r"(Z|[+-][0-9]{2}:?[0-9]{2})?",
+    re.IGNORECASE,
+)
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = 80
+_SHOWN.maxlevel = 3
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` for an error message, bounded: a hostile value (a string of a million
+    characters, a list nested ten thousand deep) must not make the message itself fail."""
+    try:
+        return _SHOWN.repr(value)
+    except Exception:  # noqa: BLE001 - a value whose __repr__ raises is still named
+        return f"<{type(value).__name__}>"
 
 
 def table_parts(table: object) -> tuple[str, ...]:
     """The parts of ``catalog.db.table`` as written (back-quotes kept); an error says what is wrong."""
     if not isinstance(table, str) or not table:
-        raise InvalidDeclarationError(f"table identifier must be a non-empty string, got {table!r}")
+        raise InvalidDeclarationError(f"table identifier must be a non-empty string, got {shown(table)}")
     if _PATHLIKE_RE.match(table) or "/" in table or "\\" in table:
         raise InvalidDeclarationError(
-            f"invalid table identifier {table!r}: a path is not a table name; name the table "
+            f"invalid table identifier {shown(table)}: a path is not a table name; name the table "
             "(db.table) and pass its location explicitly (location=...)"
         )
     if not _TABLE_RE.fullmatch(table):
         raise InvalidDeclarationError(
-            f"invalid table identifier {table!r}: use catalog.db.table with letters, digits and "
+            f"invalid table identifier {shown(table)}: use catalog.db.table with letters, digits and "
             "underscores (or `back-quoted` parts without tabs, newlines, quotes, semicolons, slashes or control characters)"
         )
     return tuple(m.group(0) for m in _PART_RE.finditer(table))
@@ -73,31 +97,114 @@ def canonical_table(table: str, catalog: str | None = None) -> str:
 
 def canonical_value(column: str, value: Any) -> str:
     """A partition value as text with one spelling per value: ``1``, ``1.0``, ``Decimal("1")``
-    and ``"1"`` are ``"1"``; booleans are ``true`` / ``false``; dates and times ISO-8601."""
+    and ``"1"`` are ``"1"``; booleans are ``true`` / ``false``; a day is ISO ``YYYY-MM-DD``
+    (``canonical_day``). Other text is kept as written (``"01"``, ``"2024"``, ``"NL"``)."""
     if isinstance(value, bool):
         text = "true" if value else "false"
     elif isinstance(value, (int, float, decimal.Decimal)):
         text = _number(column, value)
     elif isinstance(value, (dt.datetime, dt.date)):
-        text = value.isoformat()
+        text = _iso_day(column, value)
     elif isinstance(value, str):
-        text = _number_text(value)
+        if len(value) > MAX_VALUE_CHARS:  # before parsing: a 10**6-digit "number" is refused here
+            raise InvalidFootprintError(
+                f"invalid partition value {shown(value)} for {column!r}: it has {len(value)} characters, "
+                f"at most {MAX_VALUE_CHARS} are allowed"
+            )
+        day = canonical_day(column, value)
+        text = day if day is not None else _number_text(column, value)
     else:
         raise InvalidFootprintError(
-            f"partition value for {column!r} must be a string, number, boolean or date, got {value!r}"
+            f"partition value for {column!r} must be a string, number, boolean or date, got {shown(value)}"
         )
     if not text or len(text) > MAX_VALUE_CHARS or _VALUE_FORBIDDEN_RE.search(text):
         raise InvalidFootprintError(
-            f"invalid partition value {value!r} for {column!r}: it must be 1..{MAX_VALUE_CHARS} "
+            f"invalid partition value {shown(value)} for {column!r}: it must be 1..{MAX_VALUE_CHARS} "
             "characters without '/' or control characters"
         )
     return text
 
 
+def canonical_day(column: str, value: object) -> str | None:
+    """The one spelling of a day, ``YYYY-MM-DD``, for every way of writing it that an engine
+    casts to one value of a DATE column; ``None`` for text that is not date-shaped.
+
+    - a ``date``, or text ``YYYY-M-D`` (month and day of one or two digits, surrounding blanks
+      ignored, as Spark's and Hive's casts do): the ISO day; a date-shaped text that is no day
+      (``2024-02-30``) is refused;
+    - a ``datetime``, or text ``YYYY-M-D[T ]HH:MM[:SS[.f]][Z|+HH:MM]``, at midnight (in its own
+      offset): the day, so ``{{ ts }}`` of a daily run meets ``{{ ds }}``;
+    - a ``datetime`` (or such text) with a time of day is refused: admission does not know the
+      column's type, and on a DATE column the engine would cast it to its day, so keeping it
+      apart from that day could admit two writes of one partition together. Write the day, or,
+      for a column that holds times of day, text in the form the column holds (``05`` for an
+      ``hour`` column).
+    """
+    if isinstance(value, dt.date):
+        return _iso_day(column, value)
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    stamp = _DATETIME_RE.fullmatch(text)
+    if stamp is not None:
+        hour, minute, second, fraction = (int(g or 0) for g in stamp.group(2, 3, 4, 5))
+        if (hour, minute, second, fraction) != (0, 0, 0, 0):
+            raise InvalidFootprintError(_time_of_day(column, value))
+        text = stamp.group(1)
+    day = _DATE_RE.fullmatch(text)
+    if day is None:
+        return None
+    try:
+        return dt.date(*(int(g) for g in day.groups())).isoformat()
+    except ValueError:
+        raise InvalidFootprintError(
+            f"partition value {shown(value)} for {column!r} is shaped like a date (YYYY-MM-DD) but is no "
+            "day of the calendar; write a real day such as '2024-01-31'"
+        ) from None
+
+
+def _iso_day(column: str, value: dt.date) -> str:
+    if isinstance(value, dt.datetime):
+        if value.time() != dt.time(0):
+            raise InvalidFootprintError(_time_of_day(column, value))
+        return value.date().isoformat()
+    return value.isoformat()
+
+
+def parse_day(text: str) -> dt.date | None:
+    """The day a canonical date-shaped text names (``2024-01-15``), else ``None``; never raises."""
+    match = _DATE_RE.fullmatch(text)
+    if match is None:
+        return None
+    try:
+        return dt.date(*(int(g) for g in match.groups()))
+    except ValueError:
+        return None
+
+
+def _time_of_day(column: str, value: object) -> str:
+    return (
+        f"partition value {shown(value)} for {column!r} has a time of day; a partition value is a day "
+        "(a DATE column casts a time to its day, so admission could not keep this apart from the day's "
+        "other writes): pass the day, e.g. datetime.date or '2024-01-01' ({{ ds }} rather than "
+        "{{ ts }}), or, for a column that holds times of day, the text the column holds"
+    )
+
+
 def _number(column: str, value: int | float | decimal.Decimal) -> str:
+    if isinstance(value, int) and value.bit_length() > 4 * MAX_VALUE_CHARS:
+        # str() of an int over 4,300 digits is refused by Python itself: refuse it first, by name.
+        raise InvalidFootprintError(
+            f"partition value for {column!r} is an integer of about {int(value.bit_length() * 0.30103)} "
+            f"digits; at most {MAX_VALUE_CHARS} characters are allowed"
+        )
     number = decimal.Decimal(str(value)) if isinstance(value, float) else decimal.Decimal(value)
     if not number.is_finite():
-        raise InvalidFootprintError(f"partition value for {column!r} must be finite, got {value!r}")
+        raise InvalidFootprintError(f"partition value for {column!r} must be finite, got {shown(value)}")
+    if abs(number.adjusted()) > MAX_VALUE_CHARS:
+        raise InvalidFootprintError(
+            f"partition value {shown(value)} for {column!r} would be written with over {MAX_VALUE_CHARS} digits"
+        )
     if number == number.to_integral_value():
         return str(int(number))
     return format(number.normalize(), "f")
@@ -106,9 +213,9 @@ def _number(column: str, value: int | float | decimal.Decimal) -> str:
 _NUMBER_RE = re.compile(r"[+-]?(?:\d+\.\d*|\d*\.\d+|\d+)")
 
 
-def _number_text(text: str) -> str:
+def _number_text(column: str, text: str) -> str:
     # Only a number written the way a template renders one (``{{ params.n }}`` -> "1.0") is
     # read as a number; zero-padded text such as "01" or "2024-01-01" stays text.
     if _NUMBER_RE.fullmatch(text) and not re.fullmatch(r"[+-]?0\d.*", text):
-        return _number("", decimal.Decimal(text))
+        return _number(column, decimal.Decimal(text))
     return text

@@ -7,9 +7,11 @@ only letters, digits and ``_``), so no ordinary value, however it is spelled, re
 ``ds=>x`` is the value ``>x``. Leases keep keys as text and compare them with
 ``core.footprint.footprints_overlap``, which reads both forms.
 
-Values compare as numbers when both sides are numbers (``9 < 10``), otherwise as text, which
-orders ISO dates (``2024-01-09 < 2024-01-10``). A number and a text do not compare: whatever
-needs an answer for them takes the careful one (they may overlap; one does not hold the other).
+Values compare as numbers when both sides are numbers (``9 < 10``), as days when both are days
+(``2024-1-9 < 2024-01-10``: every value is canonical first, ``core.identifiers.canonical_value``,
+so a bound and a value spelled differently meet), otherwise as text. A number and a text do not
+compare: whatever needs an answer for them takes the careful one (they may overlap; one does
+not hold the other).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidFootprintError
-from .identifiers import canonical_value
+from .identifiers import canonical_value, parse_day, shown
 
 _NUMBER_RE = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)")
 #: ``column`` then the comparison, then the value; the longest operators are tried first.
@@ -38,6 +40,9 @@ def compare(a: str, b: str) -> int | None:
         return (x > y) - (x < y)
     if a_number or b_number:
         return None
+    a_day, b_day = parse_day(a), parse_day(b)
+    if a_day is not None and b_day is not None:
+        return (a_day > b_day) - (a_day < b_day)
     return (a > b) - (a < b)
 
 
@@ -66,7 +71,7 @@ class ValueRange:
             text = canonical_value(f"range {name} bound", bound)
             if text.startswith("="):
                 # ``ds>==x`` would read as ``ds>=`` ``=x``: a bound may not start with '='.
-                raise InvalidFootprintError(f"a range bound may not start with '=', got {bound!r}")
+                raise InvalidFootprintError(f"a range bound may not start with '=', got {shown(bound)}")
             object.__setattr__(self, name, text)
 
     def is_empty(self) -> bool:
@@ -208,7 +213,7 @@ def parse_key_parts(key: str, parts: Iterable[str]) -> dict[str, str | ValueRang
         match = _PART_RE.fullmatch(part)
         if not match or match.group(3) == "":
             raise InvalidFootprintError(
-                f"malformed partition key {key!r}: expected column=value pairs joined by '/', "
+                f"malformed partition key {shown(key)}: expected column=value pairs joined by '/', "
                 "like 'ds=2024-01-01/country=NL' (a range: 'ds>=2024-01-01/ds<2024-02-01')"
             )
         found.setdefault(match.group(1), []).append((match.group(2), match.group(3)))
@@ -217,18 +222,18 @@ def parse_key_parts(key: str, parts: Iterable[str]) -> dict[str, str | ValueRang
 
 def _spec_value(key: str, column: str, ops: list[tuple[str, str]]) -> str | ValueRange:
     if len(ops) == 1 and ops[0][0] == "=":
-        return ops[0][1]
+        return canonical_value(column, ops[0][1])  # a stored key is canonical; a typed one becomes so
     lowers: list[tuple[str | None, bool]] = [(v, _LOWER_OPS[op]) for op, v in ops if op in _LOWER_OPS]
     uppers: list[tuple[str | None, bool]] = [(v, _UPPER_OPS[op]) for op, v in ops if op in _UPPER_OPS]
     if len(lowers) > 1 or len(uppers) > 1 or len(lowers) + len(uppers) != len(ops):
         raise InvalidFootprintError(
-            f"malformed partition key {key!r}: column {column!r} twice (one value, or at most one "
+            f"malformed partition key {shown(key)}: column {column!r} twice (one value, or at most one "
             "lower and one upper bound)"
         )
     (low, low_inc), (high, high_inc) = (lowers or [(None, True)])[0], (uppers or [(None, True)])[0]
     value = ValueRange(low, low_inc, high, high_inc)
     if value.is_empty():
-        raise InvalidFootprintError(f"partition key {key!r}: the range of {column!r} holds no value")
+        raise InvalidFootprintError(f"partition key {shown(key)}: the range of {column!r} holds no value")
     return value
 
 

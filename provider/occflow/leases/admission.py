@@ -27,6 +27,7 @@ from .model import (
     LeaseRequest,
     LeaseStoreUnavailable,
     NotAdmittedError,
+    checked_seconds,
 )
 from .store import LeaseStore
 from .wakeup import Watch
@@ -60,6 +61,9 @@ class TaskAdmission:
 
     store_url: str | None = None
     lease_ttl: float = 300.0  # seconds a lease lives without a heartbeat
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "lease_ttl", checked_seconds("lease_ttl", self.lease_ttl))
 
     @property
     def store(self) -> LeaseStore:

@@ -109,25 +109,56 @@ def resolve_store_url(
     return default_url(env)
 
 
-def make_engine(url: str) -> Engine:
-    """An engine set up for lease decisions on SQLite (WAL, BEGIN IMMEDIATE) or PostgreSQL."""
+def make_engine(url: str, *, existing: bool = False) -> Engine:
+    """An engine set up for lease decisions on SQLite (WAL, BEGIN IMMEDIATE) or PostgreSQL.
+    ``existing``: the SQLite file must exist already."""
     full = url_from_connection_uri(url)
     try:
         parsed = make_url(full)
-    except ArgumentError as exc:
+    except (ArgumentError, ValueError) as exc:
         raise LeaseStoreError(f"malformed lease store URL {url!r}: {exc}") from None
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database or ""
-        if database in ("", ":memory:"):
+        if database in ("", ":memory:") or database.startswith("file:"):
             raise LeaseStoreError(
                 "the SQLite lease store must be a file shared by all workers (sqlite:///path/to/leases.db), "
                 "not an in-memory database"
             )
-        Path(database).parent.mkdir(parents=True, exist_ok=True)
+        check_sqlite_path(Path(database), existing=existing)
         engine = sa.create_engine(parsed, connect_args={"timeout": 60})
         _sqlite_immediate(engine)
         return engine
     return sa.create_engine(parsed, pool_pre_ping=True, pool_size=2, max_overflow=4)
+
+
+def check_sqlite_path(path: Path, *, existing: bool = False) -> None:
+    """Refuse a SQLite store path that cannot be (or should not become) a store, before SQLite
+    creates anything: a typo'd directory must not silently become a new, empty store that
+    grants every lease (the workers on the right path would never see its leases)."""
+    where = f"the SQLite lease store {str(path)[:300]!r}"
+    if "\x00" in str(path):
+        raise LeaseStoreError(f"{where} is not a path (it holds a NUL character)")
+    try:
+        resolved = path.resolve()
+        if resolved.parts[1:2] in (("proc",), ("sys",), ("dev",)):
+            raise LeaseStoreError(f"{where} is on /{resolved.parts[1]}, a virtual file system, not a place for a database")
+        parent = path.parent
+        if not parent.is_dir():
+            raise LeaseStoreError(
+                f"{where} is in a directory that does not exist ({str(parent)[:300]!r}); create the directory, "
+                "or fix the path in the store URL (sqlite:////absolute/path/to/leases.db)"
+            )
+        if path.exists() and not path.is_file():
+            raise LeaseStoreError(f"{where} is not a regular file")
+        if not path.exists():
+            if existing:
+                raise LeaseStoreError(
+                    f"{where} does not exist; check the store URL (--store, {URL_ENV}) or AIRFLOW_HOME"
+                )
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise LeaseStoreError(f"{where} cannot be created: {str(parent)[:300]!r} is not a writable directory")
+    except OSError as exc:  # a name too long, a directory we may not look into
+        raise LeaseStoreError(f"{where} cannot be used: {exc.strerror or exc}") from None
 
 
 def _sqlite_immediate(engine: Engine) -> None:

@@ -19,7 +19,8 @@ from typing import Any
 
 from .model import Claim
 
-#: The events that end a lease: let go, reclaimed after it lapsed, taken over by a later try.
+#: The events that end a lease: let go, reclaimed after it lapsed, and (in histories recorded
+#: before a retry had to wait for its earlier try's lease to lapse) taken over by a later try.
 ENDS = ("release", "expire", "takeover")
 
 

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 
-from .model import Lease, LeaseLostError, LeaseStoreError
+from .model import Lease, LeaseLostError, LeaseStoreError, checked_seconds
 from .store import LeaseStore
 
 _log = logging.getLogger(__name__)
@@ -36,9 +36,11 @@ class LeaseKeeper:
         self.store = store
         self.lease = lease
         # A third of the TTL: two heartbeats may fail (a slow database) before the lease lapses.
-        self.interval = interval if interval is not None else max(lease.ttl / 3.0, 0.05)
+        self.interval = checked_seconds("interval", interval) if interval is not None else max(lease.ttl / 3.0, 0.05)
         # Room for the commit after the check, and for clock rates that differ a little.
-        self.margin = margin if margin is not None else min(2.0, lease.ttl / 4.0)
+        self.margin = (
+            checked_seconds("margin", margin, zero_ok=True) if margin is not None else min(2.0, lease.ttl / 4.0)
+        )
         self.lost = threading.Event()
         self.why: str | None = None
         self._guard = threading.Lock()

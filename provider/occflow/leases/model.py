@@ -10,6 +10,7 @@ when their footprints overlap and the profiles' matrices say the operations conf
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import socket
@@ -23,12 +24,19 @@ import pendulum
 from ..core.declaration import WriteDeclaration, partition_key
 from ..core.errors import InvalidDeclarationError, InvalidFootprintError, OccflowError
 from ..core.footprint import footprints_overlap, parse_partition_key
-from ..core.identifiers import canonical_table
+from ..core.identifiers import canonical_table, shown
 from ..core.operations import Operation
 from ..core.profiles import Profile, footprint_reach, get_profile, operations_conflict
 
 WHOLE_TABLE = "*"
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+#: Control characters (NUL above all, which PostgreSQL refuses) and lone surrogates (no
+#: database driver can encode them): text a store would lose or reject.
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+#: The longest a lease, a heartbeat's TTL or a queue place may live without a beat: a day. A
+#: longer one is a typo (300 days for 300 s) that would hold a footprint long after its holder died.
+MAX_TTL_SECONDS = 86400.0
+#: The store's integer columns (try number, pid) are 32-bit.
+MAX_INT32 = 2**31 - 1
 
 
 class LeaseStoreError(OccflowError):
@@ -38,6 +46,12 @@ class LeaseStoreError(OccflowError):
 class LeaseStoreUnavailable(LeaseStoreError):
     """A call to the store's database failed: unreachable, locked past its busy timeout, or
     not a database. It may pass (a restart, a lock let go), so waiters retry it for a while."""
+
+
+class LeaseStoreRefused(LeaseStoreError):
+    """The store's database refused a value or a change (a value that does not fit its column,
+    a broken constraint). Not an outage: asking again gets the same answer, so nobody waits for
+    it to pass."""
 
 
 class LeaseLostError(OccflowError):
@@ -52,7 +66,39 @@ class NotAdmittedError(OccflowError):
 def refuse_control_characters(what: str, value: object) -> None:
     """Refuse text a database would lose or reject (PostgreSQL refuses NUL outright)."""
     if not isinstance(value, str) or _CONTROL_RE.search(value):
-        raise InvalidDeclarationError(f"{what} {value!r} must be text without control characters (NUL, newline, ...)")
+        raise InvalidDeclarationError(
+            f"{what} {shown(value)} must be text without control characters (NUL, newline, ...) or lone surrogates"
+        )
+
+
+def checked_seconds(
+    what: str, value: object, *, at_least: float = 0.0, zero_ok: bool = False, at_most: float = MAX_TTL_SECONDS
+) -> float:
+    """The one check for every duration the leases take (TTLs, polls, waits, head starts): a
+    real number (not a bool), finite, above ``at_least`` (or equal, with ``zero_ok``) and at
+    most ``at_most``; otherwise an error naming ``what``. NaN and infinity never reach a store."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidDeclarationError(f"{what} must be a number of seconds, got {shown(value)}")
+    if isinstance(value, int) and value.bit_length() > 60:  # float() of a huge int overflows
+        raise InvalidDeclarationError(f"{what} must be at most {at_most:g} seconds, got an integer of {value.bit_length()} bits")
+    number = float(value)
+    if math.isnan(number) or math.isinf(number):
+        raise InvalidDeclarationError(f"{what} must be a finite number of seconds, got {shown(value)}")
+    low_ok = number >= at_least if zero_ok else number > at_least
+    if not low_ok or number > at_most:
+        low = f"a number of seconds >= {at_least:g}" if zero_ok else f"a positive number of seconds (> {at_least:g})"
+        raise InvalidDeclarationError(f"{what} must be {low}, at most {at_most:g}, got {shown(value)}")
+    return number
+
+
+def checked_int(what: str, value: object, *, at_least: int = 0, at_most: int = MAX_INT32) -> int:
+    """An integer field the store keeps (try number, pid): an int, not a bool, within the column."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidDeclarationError(f"{what} must be an integer, got {shown(value)}")
+    if not at_least <= value <= at_most:
+        shown_value = shown(value) if value.bit_length() < 1000 else f"an integer of {value.bit_length()} bits"
+        raise InvalidDeclarationError(f"{what} must be between {at_least} and {at_most}, got {shown_value}")
+    return value
 
 
 def normalise_partition_keys(partitions: Iterable[str | Mapping[str, Any]]) -> frozenset[str]:
@@ -123,8 +169,7 @@ class Holder:
         for name in ("dag_id", "task_id", "run_id", "host"):
             refuse_control_characters(f"holder {name}", getattr(self, name))
         for name in ("try_number", "pid"):
-            if not isinstance(getattr(self, name), int):
-                raise InvalidDeclarationError(f"holder {name} must be an integer, got {getattr(self, name)!r}")
+            checked_int(f"holder {name}", getattr(self, name))
 
 
 @dataclass(frozen=True)
@@ -143,6 +188,16 @@ class AdmissionPriorities:
     data_write_head_start: float = 1800.0
     compaction_head_start: float = 0.0
     per_operation: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Finite: a queue place is arrival minus head start, and NaN would sort nowhere. A huge
+        # head start is allowed (it means "always first").
+        for name in ("data_write_head_start", "compaction_head_start"):
+            checked_seconds(name, getattr(self, name), zero_ok=True, at_most=1e12)
+        if not isinstance(self.per_operation, Mapping):
+            raise InvalidDeclarationError(f"per_operation must map operations to seconds, got {shown(self.per_operation)}")
+        for operation, head_start in self.per_operation.items():
+            checked_seconds(f"per_operation[{shown(operation)}]", head_start, zero_ok=True, at_most=1e12)
 
     def head_start(self, operation: Operation) -> float:
         if operation.value in self.per_operation:
@@ -195,17 +250,16 @@ class LeaseRequest:
         keys = None if whole_table else normalise_partition_keys(partitions or [])
         holder = holder or Holder()
         holder.validate()
-        for name, value in (("ttl", ttl), ("queue_ttl", queue_ttl)):
-            if not isinstance(value, (int, float)) or value <= 0:
-                raise InvalidDeclarationError(f"{name} must be a positive number of seconds, got {value!r}")
+        if request_id is not None:
+            refuse_control_characters("request_id", request_id)
         return cls(
             table=table,
             profile=prof,
             operation=op,
             partitions=keys,
             holder=holder,
-            ttl=float(ttl),
-            queue_ttl=float(queue_ttl),
+            ttl=checked_seconds("ttl", ttl),
+            queue_ttl=checked_seconds("queue_ttl", queue_ttl),
             request_id=request_id or uuid.uuid4().hex,
         )
 
@@ -253,7 +307,10 @@ class LeaseRequest:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LeaseRequest:
-        """The request ``to_dict`` wrote, validated again."""
+        """The request ``to_dict`` wrote, validated again; anything else (a list, text, a
+        document nested ten thousand deep) is an ``InvalidDeclarationError``."""
+        if not isinstance(data, Mapping):
+            raise InvalidDeclarationError(f"not a serialized lease request (a mapping): {shown(data)}")
         try:
             holder = data["holder"]
             # A list is the positional form triggers deferred by earlier releases serialized.
@@ -263,8 +320,10 @@ class LeaseRequest:
                 whole_table=data["partitions"] is None, holder=holder,
                 ttl=data["ttl"], queue_ttl=data["queue_ttl"], request_id=data["request_id"],
             )
-        except (KeyError, TypeError) as exc:
-            raise InvalidDeclarationError(f"not a serialized lease request ({exc}): {dict(data)!r}") from None
+        except (KeyError, TypeError, RecursionError) as exc:
+            raise InvalidDeclarationError(
+                f"not a serialized lease request ({type(exc).__name__}: {shown(str(exc))}): {shown(dict(data))}"
+            ) from None
 
 
 @dataclass(frozen=True)

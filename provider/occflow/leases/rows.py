@@ -7,7 +7,17 @@ from typing import Any
 
 from ..core.footprint import parse_partition_key
 from ..core.operations import Operation
-from .model import WHOLE_TABLE, Claim, Holder, Lease, LeaseRequest, from_epoch
+from . import schema
+from .model import (
+    WHOLE_TABLE,
+    Claim,
+    Holder,
+    Lease,
+    LeaseRequest,
+    checked_seconds,
+    from_epoch,
+    refuse_control_characters,
+)
 
 
 def dump_keys(keys: frozenset[str] | None) -> str | None:
@@ -86,6 +96,25 @@ def queue_row(request: LeaseRequest, queue_key: float, now: float) -> dict[str, 
         "seen_at": now,
         "expires_at": now + request.queue_ttl,
     }
+
+
+def check_request_fits(request: LeaseRequest) -> None:
+    """Refuse a request whose rows the store's columns cannot hold (``schema.check_fits``),
+    before any SQL runs: the same error on SQLite and PostgreSQL, and nothing written. A request
+    built without ``LeaseRequest.create`` is checked here as well (a NaN TTL would make a lease
+    that never lapses on PostgreSQL, and a NULL that SQLite refuses)."""
+    request.holder.validate()
+    checked_seconds("ttl", request.ttl)
+    checked_seconds("queue_ttl", request.queue_ttl)
+    refuse_control_characters("table", request.table)
+    refuse_control_characters("request_id", request.request_id)
+    for key in request.partitions or ():
+        refuse_control_characters("partition key", key)
+    lease_row, key_rows = lease_rows(request, "0" * 32, 0.0)
+    schema.check_fits(schema.leases, lease_row)
+    for key_row in key_rows:
+        schema.check_fits(schema.lease_keys, key_row)
+    schema.check_fits(schema.queue, queue_row(request, 0.0, 0.0))
 
 
 def lease_of(row: Any, valid_until: float | None = None) -> Lease:

@@ -6,7 +6,14 @@ are plain numbers on both backends; ``Lease`` turns them into pendulum times.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+from typing import Any
+
 import sqlalchemy as sa
+
+from ..core.errors import InvalidDeclarationError
+from ..core.identifiers import shown
 
 metadata = sa.MetaData()
 
@@ -93,6 +100,13 @@ events = sa.Table(
     sa.Column("expires_at", sa.Double, nullable=True),
     sa.Column("pid", sa.Integer, nullable=False, default=0),
     sa.Column("fence", sa.BigInteger, nullable=True),  # on grant events
+    # Who the event is about (the lease's or the request's holder), so a reader may be shown
+    # the history of the DAGs they may read. NULL on events recorded before these columns
+    # existed: such an event cannot be attributed (only admins may see it).
+    sa.Column("dag_id", sa.String(250), nullable=True),
+    sa.Column("task_id", sa.String(250), nullable=True),
+    sa.Column("run_id", sa.String(250), nullable=True),
+    sa.Column("try_number", sa.Integer, nullable=True),
 )
 
 # The last fencing token granted per table. Only a decision on the table (under its lock)
@@ -117,7 +131,13 @@ wakeups = sa.Table(
 #: created by an older occflow gains them on ``create_schema`` and keeps working.
 ADDED_COLUMNS: dict[str, dict[str, str]] = {
     "occflow_leases": {"fence": "BIGINT NOT NULL DEFAULT 0"},
-    "occflow_lease_events": {"fence": "BIGINT"},
+    "occflow_lease_events": {
+        "fence": "BIGINT",
+        "dag_id": "VARCHAR(250)",
+        "task_id": "VARCHAR(250)",
+        "run_id": "VARCHAR(250)",
+        "try_number": "INTEGER",
+    },
 }
 
 
@@ -129,3 +149,37 @@ def upgrade(conn: sa.Connection) -> None:
         for name, ddl in columns.items():
             if name not in present:
                 conn.execute(sa.text(f"ALTER TABLE {table} ADD COLUMN {name} {ddl}"))
+
+
+#: How an error names a column's value to the user who wrote it.
+_FIELD_NAMES = {
+    "table_name": "table", "request_id": "request_id", "partition_key": "partition key",
+    "columns": "partition columns", "dag_id": "holder dag_id", "task_id": "holder task_id",
+    "run_id": "holder run_id", "host": "holder host", "try_number": "holder try_number",
+    "pid": "holder pid", "operation": "operation", "profile": "profile",
+}
+_INT_BITS = {sa.Integer: 31, sa.BigInteger: 63}
+
+
+def check_fits(table: sa.Table, row: Mapping[str, Any]) -> None:
+    """Refuse, before any SQL runs, a value the store's column cannot hold as it is: text longer
+    than the column (PostgreSQL refuses it, SQLite would keep it: the two stores must agree),
+    an integer past the column's width, a number that is not finite. The error names the field
+    and the limit, so it is never mistaken for an outage."""
+    for name, value in row.items():
+        column = table.c[name]
+        what = _FIELD_NAMES.get(name, name)
+        length = getattr(column.type, "length", None)
+        if isinstance(value, str) and length is not None and len(value) > length:
+            raise InvalidDeclarationError(
+                f"{what} is {len(value)} characters long; the lease store keeps at most {length} "
+                f"({table.name}.{name}): {shown(value)}"
+            )
+        if isinstance(value, int) and not isinstance(value, bool):
+            bits = next((b for t, b in _INT_BITS.items() if type(column.type) is t), None)
+            if bits is not None and not -(2**bits) <= value < 2**bits:
+                raise InvalidDeclarationError(
+                    f"{what} does not fit the lease store's {bits + 1}-bit column {table.name}.{name}: {shown(value)}"
+                )
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidDeclarationError(f"{what} must be a finite number, got {value!r} ({table.name}.{name})")

@@ -37,21 +37,30 @@ from .model import (
     Lease,
     LeaseLostError,
     LeaseRequest,
+    LeaseStoreRefused,
     LeaseStoreUnavailable,
+    checked_seconds,
     from_epoch,
     refuse_control_characters,
 )
-from .rows import dump_keys, holder_of, lease_of, load_keys
+from .rows import check_request_fits, holder_of, lease_of, load_keys
 from .transaction import Place, RowLike, TableTransaction, blockers_of
 from .wakeup import Watch, announce, hub_for
 
 T = TypeVar("T")
-_DATABASE_ERRORS = (sa.exc.DBAPIError, sa.exc.TimeoutError)
+_DATABASE_ERRORS = (sa.exc.StatementError, sa.exc.TimeoutError)
+#: What the database says about a value or a change rather than about itself: the same call
+#: fails the same way again, so it is ``LeaseStoreRefused``, never an outage to wait out.
+#: (A missing table, a ProgrammingError on PostgreSQL and an OperationalError on SQLite, is a
+#: broken store: it stays ``LeaseStoreUnavailable`` on both.)
+_REFUSALS = (sa.exc.DataError, sa.exc.IntegrityError)
 
 
 def _translated(method: Callable[..., T]) -> Callable[..., T]:
-    """A public store method whose database failures are ``LeaseStoreUnavailable``, naming the
-    store (password masked) and the database's own words, instead of a driver traceback."""
+    """A public store method whose database failures are ``LeaseStoreUnavailable`` (an
+    outage: unreachable, locked, not a database) or ``LeaseStoreRefused`` (a value or change
+    the database refused), naming the store (password masked) and the database's own words,
+    instead of a driver traceback."""
 
     @functools.wraps(method)
     def call(self: LeaseStore, *args: Any, **kwargs: Any) -> T:
@@ -59,10 +68,16 @@ def _translated(method: Callable[..., T]) -> Callable[..., T]:
             return method(self, *args, **kwargs)
         except _DATABASE_ERRORS as exc:
             cause = getattr(exc, "orig", None) or exc
-            words = " ".join(str(cause).split()) or type(cause).__name__
-            raise LeaseStoreUnavailable(
+            words = " ".join(str(cause).split())[:2000] or type(cause).__name__
+            # A statement error that is no DBAPI error is a value the driver could not send.
+            refused = isinstance(exc, _REFUSALS) or (
+                isinstance(exc, sa.exc.StatementError) and not isinstance(exc, sa.exc.DBAPIError)
+            )
+            error = LeaseStoreRefused if refused else LeaseStoreUnavailable
+            raise error(
                 f"lease store {self.engine.url.render_as_string(hide_password=True)} failed in "
-                f"{method.__name__}: {type(cause).__name__}: {words}"
+                f"{method.__name__}{' (it refused a value: not an outage)' if refused else ''}: "
+                f"{type(cause).__name__}: {words}"
             ) from exc
 
     return call
@@ -76,9 +91,9 @@ def _lock_key(table: str) -> int:
 class LeaseStore:
     """Leases on table footprints, admitted by the tables' conflict matrices.
 
-    ``history=True`` records every event (grant, release, heartbeat, expiry, takeover, queue
-    changes) in ``occflow_lease_events`` for audits and the invariant checker; it grows without
-    bound, so it is off by default.
+    ``history=True`` records every event (grant, release, heartbeat, expiry, queue changes),
+    each with the task instance it is about, in ``occflow_lease_events`` for audits and the
+    invariant checker; it grows without bound, so it is off by default.
     """
 
     def __init__(
@@ -97,9 +112,11 @@ class LeaseStore:
             self.create_schema()
 
     @classmethod
-    def from_url(cls, url: str, **kwargs: Any) -> LeaseStore:
-        """A store on a SQLAlchemy URL (``sqlite:///path``, ``postgresql://...``)."""
-        return cls(make_engine(url), **kwargs)
+    def from_url(cls, url: str, *, existing: bool = False, **kwargs: Any) -> LeaseStore:
+        """A store on a SQLAlchemy URL (``sqlite:///path``, ``postgresql://...``).
+        ``existing``: a SQLite file that does not exist is an error, not a new empty store
+        (what a command that only reads or cleans up wants)."""
+        return cls(make_engine(url, existing=existing), **kwargs)
 
     @_translated
     def create_schema(self) -> None:
@@ -151,6 +168,7 @@ class LeaseStore:
         ``LeaseLostError`` if a later try of the request's task instance holds or waits for a
         lease on the table (``tries``).
         """
+        check_request_fits(request)  # before any SQL: a value the store cannot hold is the caller's error
         sent = time.monotonic()
         with self._locked(request.table) as tx:
             live, waiting = tx.live_and_waiting(request)
@@ -183,6 +201,9 @@ class LeaseStore:
     ) -> Lease:
         """Wait until admitted (woken when a lease on the table is let go, and asking every
         ``poll`` seconds in any case); gives up after ``timeout``."""
+        if timeout is not None:
+            timeout = checked_seconds("timeout", timeout, zero_ok=True, at_most=7 * 86400.0)
+        poll = checked_seconds("poll", poll)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self.watch(request.table) as watch:  # woken at once when a lease is let go
             while True:
@@ -204,6 +225,8 @@ class LeaseStore:
     def wait_for_lease(self, request: LeaseRequest, seconds: float, safety_poll: float = 5.0) -> Admission:
         """Decide, and while not admitted, wait up to ``seconds`` for a wake-up and decide again
         (every ``safety_poll`` seconds as well, in case a wake-up is lost); the last decision."""
+        seconds = checked_seconds("seconds", seconds, zero_ok=True)
+        safety_poll = checked_seconds("safety_poll", safety_poll)
         deadline = time.monotonic() + seconds
         with self.watch(request.table) as watch:
             while True:
@@ -242,7 +265,7 @@ class LeaseStore:
     def heartbeat(self, lease: Lease, ttl: float | None = None) -> Lease:
         """Extend a live lease by its TTL from now; ``LeaseLostError`` if it is gone or expired."""
         L = schema.leases
-        ttl = lease.ttl if ttl is None else ttl
+        ttl = checked_seconds("heartbeat ttl", lease.ttl if ttl is None else ttl)
         sent = time.monotonic()
         with self._locked(lease.table) as tx:
             now = tx.now
@@ -253,11 +276,10 @@ class LeaseStore:
             ).rowcount
             if not updated:
                 raise LeaseLostError(
-                    f"{lease.name()} expired or was released (or a later try took it over) before "
+                    f"{lease.name()} expired or was released before "
                     "this heartbeat; another writer may hold the footprint now"
                 )
-            row = RowLike(lease.operation.value, lease.profile, dump_keys(lease.partitions))
-            tx.event("heartbeat", row, lease_id=lease.lease_id, request_id=lease.request_id,
+            tx.event("heartbeat", RowLike.of(lease), lease_id=lease.lease_id, request_id=lease.request_id,
                      expires_at=now + ttl, pid=lease.holder.pid)
         return dataclasses.replace(
             lease, heartbeat=from_epoch(now), expires=from_epoch(now + ttl), ttl=ttl, valid_until=sent + ttl
@@ -274,7 +296,7 @@ class LeaseStore:
             now = tx.now
         if row is None:
             raise LeaseLostError(
-                f"{lease.name()} is gone: released, reclaimed after it lapsed, or taken over by a later try"
+                f"{lease.name()} is gone: released, or reclaimed after it lapsed"
             )
         if int(row.fence or 0) != lease.fence:
             raise LeaseLostError(f"{lease.name()} was superseded: the store holds fence {row.fence}")
@@ -359,10 +381,23 @@ class LeaseStore:
 
     @_translated
     def history_events(self, table: str | None = None) -> list[Mapping[str, Any]]:
+        """The recorded events in decision order. Each names the task instance it is about
+        (``dag_id``, ``task_id``, ``run_id``, ``try_number``), ``None`` where that is unknown:
+        an anonymous holder, or an event recorded before the store kept holders (such an
+        event cannot be attributed to a DAG; show it to admins only)."""
         E = schema.events
         query = sa.select(E).order_by(E.c.seq)
         if table is not None:
             refuse_control_characters("table", table)
             query = query.where(E.c.table_name == table)
         with self.engine.connect() as conn:
-            return [dict(r._mapping) for r in conn.execute(query)]
+            return [_attributed(dict(r._mapping)) for r in conn.execute(query)]
+
+
+def _attributed(event: dict[str, Any]) -> dict[str, Any]:
+    """An event with ``None`` for a holder field it does not know ("" is an anonymous holder)."""
+    for name in ("dag_id", "task_id", "run_id"):
+        event[name] = event.get(name) or None
+    if not event.get("dag_id"):
+        event["try_number"] = None
+    return event

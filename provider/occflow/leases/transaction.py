@@ -22,6 +22,9 @@ from .model import Blocker, Lease, LeaseRequest
 from .rows import claim_of, columns_of, dump_keys, granted_lease, holder_of, lease_rows, queue_row
 from .tries import rule_on_tries
 
+#: The holder's fields every event records (``schema.events``), copied from the row it is about.
+HOLDER_FIELDS = ("dag_id", "task_id", "run_id", "try_number")
+
 #: A place in a table's queue: (queue key = arrival minus head start, arrival, request id).
 Place = tuple[float, float, str]
 
@@ -56,19 +59,20 @@ class TableTransaction:
     freed: bool = False
 
     def event(self, kind: str, row: Any, **fields: Any) -> None:
-        """Record ``kind`` for a lease or queue row (or a request: anything with the fields)."""
+        """Record ``kind`` for a lease or queue row (or a request: anything with the fields),
+        with the holder it is about: every event is attributed to its task instance."""
         if not self.history:
             return
         self.conn.execute(
             schema.events.insert().values(
                 at=self.now, kind=kind, table_name=self.table,
-                operation=row.operation, profile=row.profile, partitions=row.partitions, **fields,
+                operation=row.operation, profile=row.profile, partitions=row.partitions,
+                **{name: getattr(row, name, None) for name in HOLDER_FIELDS}, **fields,
             )
         )
 
     def request_event(self, kind: str, request: LeaseRequest, **fields: Any) -> None:
-        row = RowLike(request.operation.value, request.profile.name, dump_keys(request.partitions))
-        self.event(kind, row, request_id=request.request_id, pid=request.holder.pid, **fields)
+        self.event(kind, RowLike.of(request), request_id=request.request_id, pid=request.holder.pid, **fields)
 
     def reclaim(self) -> int:
         """Drop expired leases and queue places of the table; their holders stopped beating."""
@@ -76,7 +80,8 @@ class TableTransaction:
         expired = self.conn.execute(
             L.delete()
             .where(L.c.table_name == self.table, L.c.expires_at <= self.now)
-            .returning(L.c.lease_id, L.c.request_id, L.c.operation, L.c.profile, L.c.partitions, L.c.pid)
+            .returning(L.c.lease_id, L.c.request_id, L.c.operation, L.c.profile, L.c.partitions, L.c.pid,
+                       *(L.c[name] for name in HOLDER_FIELDS))
         ).all()
         if expired:
             self.freed = True
@@ -86,7 +91,8 @@ class TableTransaction:
         gone = self.conn.execute(
             Q.delete()
             .where(Q.c.table_name == self.table, Q.c.expires_at <= self.now)
-            .returning(Q.c.request_id, Q.c.operation, Q.c.profile, Q.c.partitions, Q.c.pid)
+            .returning(Q.c.request_id, Q.c.operation, Q.c.profile, Q.c.partitions, Q.c.pid,
+                       *(Q.c[name] for name in HOLDER_FIELDS))
         ).all()
         for place in gone:
             self.freed = True
@@ -147,23 +153,18 @@ class TableTransaction:
     def settle_tries(
         self, request: LeaseRequest, live: list[Any], waiting: list[Any]
     ) -> tuple[list[Any], list[Any], list[Blocker]]:
-        """Apply ``tries``' rules: take over dead earlier tries' leases, drop their queue places;
-        the live and waiting rows left, and the running earlier tries' leases as blockers."""
+        """Apply ``tries``' rules: drop earlier tries' queue places; the waiting rows left, and
+        the earlier tries' live leases as blockers (lapsed ones were reclaimed already)."""
         ruling = rule_on_tries(request, live, waiting)
-        for row in ruling.taken_over:
-            self.delete_lease(row.lease_id)
-            self.event("takeover", row, lease_id=row.lease_id, request_id=request.request_id, pid=row.pid)
         for row in ruling.dropped:
             self.freed = True
             self.conn.execute(schema.queue.delete().where(schema.queue.c.request_id == row.request_id))
             self.event("dequeue", row, request_id=row.request_id, pid=row.pid)
-        gone = {r.lease_id for r in ruling.taken_over}
         dropped = {r.request_id for r in ruling.dropped}
         blockers = [
             Blocker("lease", r.lease_id, r.operation, claim_of(r).partitions, holder_of(r)) for r in ruling.blocking
         ]
-        return ([r for r in live if r.lease_id not in gone],
-                [r for r in waiting if r.request_id not in dropped], blockers)
+        return live, [r for r in waiting if r.request_id not in dropped], blockers
 
     def delete_lease(self, lease_id: str) -> Any:
         """Delete a lease and its key rows; the deleted lease row, or ``None``."""
@@ -171,7 +172,8 @@ class TableTransaction:
         row = self.conn.execute(
             L.delete()
             .where(L.c.lease_id == lease_id)
-            .returning(L.c.request_id, L.c.operation, L.c.profile, L.c.partitions, L.c.pid)
+            .returning(L.c.request_id, L.c.operation, L.c.profile, L.c.partitions, L.c.pid,
+                       *(L.c[name] for name in HOLDER_FIELDS))
         ).first()
         if row is not None:
             self.freed = True
@@ -224,3 +226,14 @@ class RowLike:
     operation: str
     profile: str
     partitions: str | None
+    dag_id: str | None = None
+    task_id: str | None = None
+    run_id: str | None = None
+    try_number: int | None = None
+
+    @classmethod
+    def of(cls, request: LeaseRequest | Lease) -> RowLike:
+        profile = request.profile if isinstance(request.profile, str) else request.profile.name
+        h = request.holder
+        return cls(request.operation.value, profile, dump_keys(request.partitions),
+                   h.dag_id, h.task_id, h.run_id, h.try_number)

@@ -1,14 +1,18 @@
-"""Tries of one task instance: a retry takes over its own dead try's lease, a stale try is refused.
+"""Tries of one task instance: an earlier try's live lease holds its retry off; a stale try is refused.
 
-Airflow runs try 2 of a task instance after try 1 failed. If try 1 died holding a lease (the
-worker was killed), try 2 would otherwise wait out the dead lease's TTL; if try 1 still runs
-(a zombie the scheduler gave up on), try 2 must not write beside it. The rules, applied by the
-store inside the decision for the newer try:
+Airflow runs try 2 of a task instance after try 1 failed. If try 1 still runs (a zombie the
+scheduler gave up on, a stopped process, a worker cut off from Airflow), try 2 must not write
+beside it. A retry may only go ahead once it is proven that the earlier try cannot write any
+more, and the store holds only one such proof: the earlier try's lease is gone, because it was
+released, or because its heartbeats stopped and it lapsed (the keeper of a lease that lapsed
+refuses its commit: ``LeaseKeeper.ensure_live``). Nothing a retry can see of another process
+proves it dead: workers in separate PID namespaces (containers, Kubernetes pods) may share a
+host name, and a pid that does not exist here may be a live try there. So the rules, applied by
+the store inside the decision for the newer try, are:
 
-- an earlier try's live lease whose process is gone (same host, no such pid) is taken over at
-  once: deleted, and the newer try is decided as if it had never existed;
-- an earlier try's live lease held by a running process, or on another host (where we cannot
-  tell), blocks the newer try whatever the matrix says, until it is released or lapses;
+- an earlier try's live lease blocks the newer try whatever the matrix says, until it is
+  released or lapses (a killed try's retry waits out at most the lease's TTL; the next decision
+  reclaims it like any lapsed lease);
 - an earlier try's place in the queue is dropped (that try is not waiting any more);
 - a request from an earlier try than a live lease or a waiting request of a later try is
   refused with ``LeaseLostError``: a stale try must not write.
@@ -16,8 +20,6 @@ store inside the decision for the newer try:
 
 from __future__ import annotations
 
-import os
-import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,25 +28,11 @@ from .model import LeaseLostError, LeaseRequest
 from .rows import holder_of
 
 
-def process_gone(host: str, pid: int) -> bool:
-    """Whether ``pid`` on ``host`` has certainly exited: only knowable on this host."""
-    if host != socket.gethostname() or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False  # it exists, under another user
-    return False
-
-
 @dataclass
 class TryRuling:
     """What the other tries of the request's task instance mean for its decision."""
 
-    taken_over: list[Any] = field(default_factory=list)  # lease rows of dead earlier tries
-    blocking: list[Any] = field(default_factory=list)  # lease rows of running earlier tries
+    blocking: list[Any] = field(default_factory=list)  # live lease rows of earlier tries
     dropped: list[Any] = field(default_factory=list)  # queue rows of earlier tries
 
 
@@ -67,8 +55,7 @@ def rule_on_tries(request: LeaseRequest, live: Sequence[Any], waiting: Sequence[
                 continue  # the same try asking again with a new request: the usual rules
             if kind == "waiting request":
                 ruling.dropped.append(row)
-            elif process_gone(theirs.host, theirs.pid):
-                ruling.taken_over.append(row)
             else:
+                # Live by its heartbeats: it may still write, wherever it runs.
                 ruling.blocking.append(row)
     return ruling

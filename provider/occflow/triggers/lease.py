@@ -9,6 +9,8 @@ takes the lease itself when woken, so release to grant is a few milliseconds.
 A poll that fails because the store's database is unavailable (``LeaseStoreUnavailable``: a
 restart, a network blip, a locked file) is retried with exponential backoff for up to
 ``outage_budget`` seconds before the trigger fails, so a blip does not fail every deferred task.
+A request the store refuses (``LeaseStoreRefused``, an invalid value) fails at once: asking
+again would get the same answer.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from tenacity import (
 )
 
 from ..leases import LeaseRequest, LeaseStoreError, LeaseStoreUnavailable, TaskAdmission, Watch
+from ..leases.model import checked_seconds
 
 #: Seconds a trigger keeps retrying an unavailable store before it fails (a PostgreSQL restart
 #: or failover takes well under this).
@@ -51,8 +54,9 @@ class LeaseStoreTrigger(BaseTrigger):
         super().__init__()
         self.request = dict(request)
         self.store_url = store_url
-        self.poll_interval = poll_interval
-        self.outage_budget = outage_budget
+        # NaN or infinity here would poll in a busy loop or never give up on an outage.
+        self.poll_interval = checked_seconds("poll_interval", poll_interval)
+        self.outage_budget = checked_seconds("outage_budget", outage_budget, zero_ok=True)
         self.wakeup = wakeup
         self.fire_not_before = fire_not_before
 
