@@ -28,6 +28,7 @@ from typing import Any
 
 from .core.kinds import ConflictKind
 from .core.policy import Action, Decision, parse_kind
+from .core.report import WriteReport
 
 PREFIX = "occflow"
 
@@ -102,30 +103,20 @@ def record_footprint_exceeded(table: str, **tags: Any) -> None:
     _stats().incr(f"{PREFIX}.footprint_exceeded.{stat_part(table)}", tags=_tags(table, None, tags))
 
 
-def record_report(report: Mapping[str, Any]) -> None:
-    """Everything in a write report (the XCom payload of occflow's write operators).
-
-    ``conflicts``: one entry per lost attempt (``kind``); ``decisions``: one per policy decision
-    (``kind``, ``action``, ``delay_seconds``, ``reason``, ``attempt``); ``wasted_seconds``; and
-    ``committed``; ``footprint_exceeded`` (set when the commit touched more than declared).
-    """
-    table = str(report["table"])
-    tags = {"operation": report.get("operation"), "profile": report.get("profile")}
-    for conflict in report.get("conflicts", ()):
-        record_conflict(conflict["kind"], table, **tags)
-    for entry in report.get("decisions", ()):
-        decision = Decision(
-            action=Action(entry["action"]),
-            delay_seconds=float(entry.get("delay_seconds") or 0.0),
-            reason=str(entry.get("reason", "")),
-            kind=parse_kind(entry["kind"]),
-            attempt=int(entry.get("attempt", 1)),
-        )
+def record_report(report: WriteReport) -> None:
+    """Everything in a write report: one conflict per lost attempt that lost a conflict, one
+    decision per lost attempt, the wasted seconds, the commit, and ``footprint_exceeded``."""
+    table = report.table
+    tags = {"operation": report.operation, "profile": report.profile, "status": report.status.value}
+    for lost in report.lost:
+        record_conflict(lost.kind, table, **tags)
+        decision = Decision(action=lost.action, delay_seconds=lost.delay_seconds, reason=lost.decision_reason,
+                            kind=lost.kind, attempt=lost.attempt)
         record_decision(decision, table, **tags)
-    record_wasted(table, float(report.get("wasted_seconds") or 0.0), **tags)
-    if report.get("committed"):
+    record_wasted(table, report.wasted_seconds, **tags)
+    if report.committed:
         record_committed(table, **tags)
-    if report.get("footprint_exceeded"):
+    if report.footprint_exceeded:
         record_footprint_exceeded(table, **tags)
 
 

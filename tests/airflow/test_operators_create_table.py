@@ -132,7 +132,7 @@ def test_a_bad_table_to_create_fails_the_dag_import(tmp_path, kwargs, message):
     ],
 )
 def test_spark_create_table_refuses_what_is_not_a_name_or_a_type(schema, partition_by, message):
-    from occflow.operators.spark import create_table_sql
+    from occflow.engines.spark.ddl import create_table_sql
 
     with pytest.raises(InvalidDeclarationError) as error:
         create_table_sql("iceberg", "lake.db.t", schema, partition_by, "t")
@@ -140,13 +140,13 @@ def test_spark_create_table_refuses_what_is_not_a_name_or_a_type(schema, partiti
 
 
 def test_spark_create_table_quotes_every_identifier():
-    from occflow.operators.spark import create_table_sql
+    from occflow.engines.spark.ddl import create_table_sql
 
     assert create_table_sql("iceberg", "lake.db.events", {"id": "bigint", "ds": "string", "amount": "decimal(10, 2)"},
                             ["ds"], "t") == [
         "CREATE NAMESPACE IF NOT EXISTS `lake`.`db`",
         "CREATE TABLE IF NOT EXISTS `lake`.`db`.`events` (`id` BIGINT, `ds` STRING, `amount` DECIMAL(10, 2)) "
-        "USING iceberg PARTITIONED BY (`ds`)",
+        "USING ICEBERG PARTITIONED BY (`ds`)",
     ]
 
 

@@ -15,12 +15,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from airflow.sdk import BaseNotifier
+from airflow.sdk.exceptions import AirflowFailException
 
 from ..core.advice import kind_help
 from ..core.classify import classify
 from ..core.kinds import Classification, ConflictKind, WinningCommit
 from ..core.operations import parse_operation
+from ..core.report import MalformedReport, WriteReport
 from ..policies import XCOM_KEY, log_tail
+
+#: Where every occflow write pushes its report (``OccflowWriteOperator.publish_report``).
+REPORT_XCOM_KEY = "occflow_report"
 
 # How far the notifier looks for the task that made the winning commit (XCom reads per alert).
 MAX_TASKS_SEARCHED = 64
@@ -54,6 +59,10 @@ class ConflictReport:
     # task's own commit, and the winning commit when its task's write report says so.
     footprint_exceeded: str | None = None
     winner_footprint_exceeded: str | None = None
+    #: Whether Airflow will run the task again (``None``: not known here).
+    retried_by_airflow: bool | None = None
+    #: How the write's try ended (``WriteReport.status``), when the task pushed a report.
+    status: str | None = None
 
     @property
     def is_conflict(self) -> bool:
@@ -75,7 +84,11 @@ class ConflictReport:
                 lines.append(f"  operation:      {self.operation}")
             lines += [
                 f"  error:          {_indented(self.error)}",
-                "  occflow did not retry it as a conflict; the task's ordinary retries apply.",
+                "  occflow did not retry it as a conflict; " + {
+                    True: "Airflow will retry the task (its ordinary retries).",
+                    False: "Airflow will not retry the task.",
+                    None: "the task's ordinary retries decide.",
+                }[self.retried_by_airflow],
             ]
             if self.footprint_exceeded:
                 lines.append(f"  beyond declared: {self.footprint_exceeded}")
@@ -115,6 +128,9 @@ class ConflictReport:
         data["winner"] = None if self.winner is None else asdict(self.winner)
         data["advice"] = list(self.advice)
         data["subject"] = self.subject
+        # The winner as the engine's log records it, and what this write touched, structured.
+        data["winning_commit"] = None if self.winner is None else self.winner.to_dict()
+        data["partitions"] = self.partition
         return data
 
 
@@ -169,23 +185,25 @@ class ConflictNotifier(BaseNotifier):
     def explain(self, context: Mapping[str, Any]) -> ConflictReport:
         exception = context.get("exception")
         ti = context.get("ti")
-        report = _mapping(getattr(exception, "report", None))
+        report = _own_report(exception, ti)
         from_policy = _xcom(ti, XCOM_KEY)
         classification = self._classification(exception, report, from_policy, ti)
 
-        last_conflict = (report.get("conflicts") or [{}])[-1] if report else {}
-        winner = classification.winning_commit or _winner(last_conflict.get("winning_commit"))
-        table = report.get("table") or (from_policy or {}).get("table") or self.table
-        operation = report.get("operation") or (from_policy or {}).get("operation") or self.operation
-        profile = report.get("profile") or (from_policy or {}).get("profile") or self.profile
-        partition = _partition_text(report.get("partitions") if report else None) or _partition_text(self.partition)
+        last = None if report is None else report.last_lost
+        winner = classification.winning_commit or (None if last is None else last.winner)
+        table = (report.table if report else None) or (from_policy or {}).get("table") or self.table
+        operation = (report.operation if report else None) or (from_policy or {}).get("operation") or self.operation
+        profile = (report.profile if report else None) or (from_policy or {}).get("profile") or self.profile
+        partition = _partition_text(None if report is None else list(report.partitions or ())) or _partition_text(
+            self.partition)
         winner_task, winner_report = _winner_task(ti, context, table, winner)
-        own_excess, winner_excess = _excess(report), _excess(winner_report)
-        engine = str(report.get("engine") or classification.engine or "")
+        own_excess = None if report is None else report.footprint_exceeded
+        winner_excess = None if winner_report is None else winner_report.footprint_exceeded
+        engine = (report.engine if report else None) or classification.engine or ""
         advice = _advice(classification.kind, operation, partition, report, engine)
         decision = _decision_text(report, from_policy, advice)
         for found in (own_excess, winner_excess):
-            if found is not None and found.get("advice") and found["advice"] not in advice:
+            if found and found.get("advice") and found["advice"] not in advice:
                 advice += (str(found["advice"]),)
         return ConflictReport(
             task=_task_name(ti, context),
@@ -199,39 +217,31 @@ class ConflictNotifier(BaseNotifier):
             classification_reason=classification.reason,
             winner=winner,
             winner_task=winner_task,
-            attempts=report.get("attempts") if report else None,
-            wasted_seconds=report.get("wasted_seconds") if report else None,
+            attempts=None if report is None else report.attempts,
+            wasted_seconds=None if report is None else report.wasted_seconds,
             decision=decision,
             advice=advice,
-            footprint_exceeded=None if own_excess is None else str(own_excess.get("message")),
-            winner_footprint_exceeded=None if winner_excess is None else str(winner_excess.get("message")),
+            footprint_exceeded=str(own_excess["message"]) if own_excess and own_excess.get("message") else None,
+            winner_footprint_exceeded=str(winner_excess["message"])
+            if winner_excess and winner_excess.get("message") else None,
+            retried_by_airflow=_retried_by_airflow(exception, ti, context),
+            status=None if report is None else report.status.value,
         )
 
     def _classification(
         self,
         exception: Any,
-        report: Mapping[str, Any],
+        report: WriteReport | None,
         from_policy: Mapping[str, Any] | None,
         ti: Any,
     ) -> Classification:
-        decisions = report.get("decisions") if report else None
-        if decisions and decisions[-1].get("kind") == ConflictKind.NOT_A_CONFLICT.value:
+        last = None if report is None else report.last_lost
+        if report is not None and last is not None and not last.is_conflict:
             # The operator's last attempt failed without a conflict: earlier lost attempts (that
             # were retried) are not why the task failed.
-            return Classification(
-                kind=ConflictKind.NOT_A_CONFLICT,
-                engine=str(report.get("engine", "unknown")),
-                reason=str(decisions[-1].get("reason", "")),
-            )
-        conflicts = report.get("conflicts") if report else None
-        if conflicts:
-            last = conflicts[-1]
-            return Classification(
-                kind=ConflictKind(last["kind"]),
-                engine=str(report.get("engine", "unknown")),
-                reason=str(last.get("reason", "")),
-                winning_commit=_winner(last.get("winning_commit")),
-            )
+            return Classification(kind=ConflictKind.NOT_A_CONFLICT, engine=report.engine, reason=last.decision_reason)
+        if report is not None and last is not None:
+            return Classification(kind=last.kind, engine=report.engine, reason=last.reason, winning_commit=last.winner)
         if from_policy and from_policy.get("classification"):
             data = from_policy["classification"]
             return Classification(
@@ -264,10 +274,6 @@ def _deliver(notifier: Any, context: Any) -> None:
         raise TypeError(f"{notifier!r} is neither a notifier nor callable")
 
 
-def _mapping(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
 def _xcom(ti: Any, key: str) -> Mapping[str, Any] | None:
     if ti is None:
         return None
@@ -284,34 +290,66 @@ def _winner(data: Any) -> WinningCommit | None:
     return WinningCommit.from_dict(data)
 
 
-def _excess(report: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    """A write report's ``footprint_exceeded`` (``core.observed.Excess.to_dict``), if any."""
-    found = (report or {}).get("footprint_exceeded")
-    return found if isinstance(found, Mapping) and found.get("message") else None
+def _own_report(exception: Any, ti: Any) -> WriteReport | None:
+    """This task's write report: the one on the exception (``ConflictFailure.report``), else the
+    one every write pushes (XCom ``occflow_report``, a failed try's too); ``None`` without one,
+    or when it is malformed (explained from the exception alone)."""
+    for value in (getattr(exception, "report", None), _xcom(ti, REPORT_XCOM_KEY)):
+        if WriteReport.looks_like(value):
+            try:
+                return WriteReport.from_dict(value)
+            except MalformedReport:
+                continue
+    return None
+
+
+def _parsed(value: Any) -> WriteReport | None:
+    """A task's value as a write report; ``None`` for a partial or malformed one."""
+    if not WriteReport.looks_like(value):
+        return None
+    try:
+        return WriteReport.from_dict(value)
+    except MalformedReport:
+        return None
+
+
+def _retried_by_airflow(exception: Any, ti: Any, context: Mapping[str, Any]) -> bool | None:
+    """Whether Airflow runs the task again: never after an ``AirflowFailException``; else while
+    the task has retries left."""
+    if isinstance(exception, AirflowFailException):
+        return False
+    retries = getattr(getattr(ti, "task", None) or context.get("task"), "retries", None)
+    number = getattr(ti, "try_number", None)
+    if not isinstance(retries, int) or not isinstance(number, int):
+        return None
+    return number <= retries
 
 
 def _winner_task(
     ti: Any, context: Mapping[str, Any], table: str | None, winner: WinningCommit | None
-) -> tuple[str | None, Mapping[str, Any] | None]:
+) -> tuple[str | None, WriteReport | None]:
     """The task of this DAG run whose write report committed the winning version, and that
     report (``(None, None)`` when no task's report names it)."""
     if ti is None or table is None or winner is None or (winner.version is None and winner.snapshot_id is None):
         return None, None
+    if winner.task_id and winner.tagged:
+        return winner.task_id, None  # the commit names its task (occflow's tag)
     dag = context.get("dag")
     task_ids = [t for t in getattr(dag, "task_ids", []) if t != ti.task_id][:MAX_TASKS_SEARCHED]
     for task_id in task_ids:
-        try:
-            values = ti.xcom_pull(task_ids=task_id, key="return_value", map_indexes=None)
-        except Exception:  # noqa: BLE001 - a task without XCom, or no backend: keep looking
-            continue
-        candidates = values if isinstance(values, list) else [values]
-        for index, value in enumerate(candidates):
-            if not isinstance(value, Mapping) or value.get("table") != table:
+        for key in (REPORT_XCOM_KEY, "return_value"):
+            try:
+                values = ti.xcom_pull(task_ids=task_id, key=key, map_indexes=None)
+            except Exception:  # noqa: BLE001 - a task without XCom, or no backend: keep looking
                 continue
-            same_version = winner.version is not None and value.get("version") == winner.version
-            same_snapshot = winner.snapshot_id is not None and value.get("snapshot_id") == winner.snapshot_id
-            if same_version or same_snapshot:
-                return (task_id if len(candidates) == 1 else f"{task_id}[{index}]"), value
+            candidates = values if isinstance(values, list) else [values]
+            for index, value in enumerate(candidates):
+                if not isinstance(value, Mapping) or value.get("table") != table:
+                    continue
+                same_version = winner.version is not None and value.get("version") == winner.version
+                same_snapshot = winner.snapshot_id is not None and value.get("snapshot_id") == winner.snapshot_id
+                if same_version or same_snapshot:
+                    return (task_id if len(candidates) == 1 else f"{task_id}[{index}]"), _parsed(value)
     return None, None
 
 
@@ -328,28 +366,27 @@ def _partition_text(value: Any) -> str | None:
 
 
 def _decision_text(
-    report: Mapping[str, Any], from_policy: Mapping[str, Any] | None, advice: tuple[str, ...] = ()
+    report: WriteReport | None, from_policy: Mapping[str, Any] | None, advice: tuple[str, ...] = ()
 ) -> str | None:
-    decisions = report.get("decisions") if report else None
-    if decisions:
-        last = decisions[-1]
-        reason = str(last.get("reason", ""))
-        kind = last.get("kind")
-        if kind and reason.startswith(f"{kind}: "):
-            reason = reason[len(kind) + 2:]
+    last = None if report is None else report.last_lost
+    if last is not None:
+        reason = last.decision_reason
+        prefix = f"{last.kind.value}: "
+        if reason.startswith(prefix):
+            reason = reason[len(prefix):]
         if reason in advice:  # the fail-fast reason is the advice below: said once
             reason = "occflow does not retry it (what to change, below)"
-        return f"{last['action']}: {reason}"
+        return f"{last.action.value}: {reason}"
     if from_policy and from_policy.get("decision"):
-        last = from_policy["decision"]
-        delay = last.get("delay_seconds")
-        after = f" in {delay:.0f}s" if last.get("action") in ("retry", "reschedule") and delay else ""
-        return f"{last['action']}{after}: {last.get('reason', '')}"
+        decided = from_policy["decision"]
+        delay = decided.get("delay_seconds")
+        after = f" in {delay:.0f}s" if decided.get("action") in ("retry", "reschedule") and delay else ""
+        return f"{decided['action']}{after}: {decided.get('reason', '')}"
     return None
 
 
 def _advice(
-    kind: ConflictKind, operation: str | None, partition: str | None, report: Mapping[str, Any],
+    kind: ConflictKind, operation: str | None, partition: str | None, report: WriteReport | None,
     engine: str | None = None,
 ) -> tuple[str, ...]:
     """The kind's help text as it fits the engine that raised it (``core.advice``), plus what the
@@ -373,8 +410,8 @@ def _advice(
             "If conflicts repeat, keep conflicting writers of this table apart: one Airflow pool per "
             "table or partition (1 slot), or occflow admission (`admission=True`)."
         )
-    attempts = report.get("attempts") if report else None
-    if isinstance(attempts, int) and attempts > 1 and kind.retry_safe:
+    attempts = None if report is None else report.attempts
+    if attempts is not None and attempts > 1 and kind.retry_safe:
         advice.append(f"{attempts} attempts were needed: the table is contended at this time of day.")
     return tuple(advice)
 
@@ -388,16 +425,15 @@ def _task_name(ti: Any, context: Mapping[str, Any]) -> str:
     return f"{name}[{map_index}]" if isinstance(map_index, int) and map_index >= 0 else name
 
 
-def _engine_error(report: Mapping[str, Any]) -> str | None:
+def _engine_error(report: WriteReport | None) -> str | None:
     """The engine's own message from an occflow write report: the failed attempt's ``error``,
-    else the last conflict's (the report's ``error`` is set when the try ended without a commit)."""
-    if not report:
+    else the last lost attempt's (the report's ``error`` is set when the try ended without a commit)."""
+    if report is None:
         return None
-    if report.get("error"):
-        return str(report["error"])
-    conflicts = report.get("conflicts") or []
-    last = conflicts[-1] if conflicts else {}
-    return str(last["error"]) if isinstance(last, Mapping) and last.get("error") else None
+    if report.error:
+        return report.error
+    last = report.last_lost
+    return last.error if last is not None and last.error else None
 
 
 def _error_text(exception: Any) -> str:

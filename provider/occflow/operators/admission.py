@@ -8,8 +8,10 @@ waiting write defer on ``LeaseAdmissionTrigger``, so it holds no worker slot whi
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowException
@@ -39,50 +41,72 @@ DEFAULT_ADMISSION_WAIT_SECONDS = 0.0
 DEFAULT_RESUME_SETTLE_SECONDS = 10.0
 
 
-def admission_of(operator: Any) -> TaskAdmission:
-    return TaskAdmission(operator.lease_store_url, operator.lease_ttl)
+@dataclass(frozen=True)
+class AdmissionSettings:
+    """The operator's admission parameters, checked once (each error names its parameter)."""
+
+    enabled: bool = True
+    store_url: str | None = None
+    lease_ttl: float = 300.0
+    poll_interval: float = 2.0
+    wait_seconds: float = DEFAULT_ADMISSION_WAIT_SECONDS
+    resume_settle_seconds: float = DEFAULT_RESUME_SETTLE_SECONDS
+
+    def __post_init__(self) -> None:
+        for name in ("lease_ttl", "poll_interval", "wait_seconds", "resume_settle_seconds"):
+            object.__setattr__(self, name, _seconds(name, getattr(self, name)))
+        if self.lease_ttl <= 0:
+            raise AirflowException(f"lease_ttl must be a number of seconds > 0, got {self.lease_ttl!r}")
+
+    @property
+    def admission(self) -> TaskAdmission:
+        return TaskAdmission(self.store_url, self.lease_ttl)
 
 
-def seconds_of(operator: Any, name: str, default: float) -> float:
-    """The operator's ``name`` (``default`` if unset), checked: a number of seconds >= 0."""
-    seconds = getattr(operator, name, None)
-    seconds = default if seconds is None else seconds
+def _seconds(name: str, seconds: Any) -> float:
+    """A number of seconds >= 0 (finite, not a bool), else an error naming the parameter."""
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < float("inf"):
         raise AirflowException(f"{name} must be a number of seconds >= 0, got {seconds!r}")
     return float(seconds)
 
 
-def admit(operator: Any, declaration: WriteDeclaration, context: Mapping[str, Any]) -> Lease | None:
-    """The lease now (or within ``admission_wait_seconds``, waiting in the worker), else defer
-    the task on ``LeaseAdmissionTrigger`` (never returns then)."""
-    if not operator.admission:
+#: ``defer(trigger=..., method_name=...)``: the operator's own ``BaseOperator.defer``.
+Defer = Callable[..., None]
+
+
+def admit(
+    settings: AdmissionSettings, declaration: WriteDeclaration, context: Mapping[str, Any],
+    log: logging.Logger, defer: Defer,
+) -> Lease | None:
+    """The lease now (or within ``wait_seconds``, waiting in the worker), else defer the task on
+    ``LeaseAdmissionTrigger`` (``defer`` never returns then)."""
+    if not settings.enabled:
         return None
-    admission = admission_of(operator)
+    admission = settings.admission
     request = admission.request(declaration, context)
-    wait = seconds_of(operator, "admission_wait_seconds", DEFAULT_ADMISSION_WAIT_SECONDS)
-    settle = seconds_of(operator, "admission_resume_settle_seconds", DEFAULT_RESUME_SETTLE_SECONDS)
     try:
-        if wait > 0:
-            decided = admission.wait_for_lease(request, wait, safety_poll=operator.admission_poll_interval)
+        if settings.wait_seconds > 0:
+            decided = admission.wait_for_lease(request, settings.wait_seconds, safety_poll=settings.poll_interval)
         else:
             decided = admission.decide(request)
     except LeaseStoreUnavailable as exc:
         # The trigger rides out an outage (with backoff, for a bounded time); so does this task.
-        operator.log.warning("lease store unavailable, deferring until it answers: %s", exc)
+        log.warning("lease store unavailable, deferring until it answers: %s", exc)
     except LeaseLostError as exc:  # a later try of this task instance holds the footprint
         raise AirflowException(str(exc)) from exc
     else:
         if decided.lease is not None:
-            operator.log.info("admitted: %s (fence %d)", decided.lease.describe(), decided.lease.fence)
+            log.info("admitted: %s (fence %d)", decided.lease.describe(), decided.lease.fence)
             return decided.lease
-        operator.log.info(
+        log.info(
             "not admitted yet, deferring: %s waits for %s",
             request.describe(),
             "; ".join(b.describe() for b in decided.blockers),
         )
-    operator.defer(
+    settle = settings.resume_settle_seconds
+    defer(
         trigger=LeaseAdmissionTrigger.for_request(
-            request, operator.lease_store_url, operator.admission_poll_interval,
+            request, settings.store_url, settings.poll_interval,
             fire_not_before=time.time() + settle if settle else None,
         ),
         method_name="execute_admitted",
@@ -90,24 +114,25 @@ def admit(operator: Any, declaration: WriteDeclaration, context: Mapping[str, An
     return None  # pragma: no cover - defer raises
 
 
-def lease_from_event(operator: Any, event: Mapping[str, Any] | None) -> Lease | None:
+def lease_from_event(settings: AdmissionSettings, event: Mapping[str, Any] | None) -> Lease | None:
     """The lease the admission trigger was granted; the task fails if it has none any more."""
-    if not operator.admission:
+    if not settings.enabled:
         return None
     try:
-        return admission_of(operator).lease_from_event(event)
+        return settings.admission.lease_from_event(event)
     except (NotAdmittedError, LeaseLostError, LeaseStoreUnavailable) as exc:
         raise AirflowException(str(exc)) from exc
 
 
-def keep(operator: Any, lease: Lease | None) -> contextlib.AbstractContextManager[LeaseKeeper | None]:
-    """Heartbeat the lease while the job runs. ``with keep(op, lease) as keeper:`` gives the
-    ``LeaseKeeper`` (``None`` without admission): call ``keeper.ensure_live()`` right before the
-    engine commits (``LeaseLostError`` = abort, do not commit) and stamp ``keeper.fence`` into
-    the commit's metadata where the table format allows."""
-    return admission_of(operator).keep(lease, operator.log)
+def keep(
+    settings: AdmissionSettings, lease: Lease | None, log: logging.Logger
+) -> contextlib.AbstractContextManager[LeaseKeeper | None]:
+    """Heartbeat the lease while the job runs. ``with keep(settings, lease, log) as keeper:``
+    gives the ``LeaseKeeper`` (``None`` without admission): ``keeper.ensure_live()`` right before
+    the engine commits, and ``keeper.fence`` stamped into the commit where the format allows."""
+    return settings.admission.keep(lease, log)
 
 
-def release(operator: Any, lease: Lease | None) -> None:
+def release(settings: AdmissionSettings, lease: Lease | None, log: logging.Logger) -> None:
     """Let the lease go (a store that cannot be reached lets it lapse after its TTL)."""
-    admission_of(operator).release(lease, operator.log)
+    settings.admission.release(lease, log)

@@ -1,104 +1,43 @@
-"""The write flow every occflow write operator shares.
+"""The operator every occflow write operator shares: its parameters, ``declare()``, and
+``execute()`` = declare -> admit or defer -> run the write's ``WriteFlow``.
 
-``execute`` reads as the flow in docs/architecture.md, each step a call into the layer that owns it:
-
-1. declare  - the rendered declaration (partition values validated again after templating)
-2. admit    - a lease from the lease store; not admitted -> defer on a trigger (frees the slot)
-3. run      - one attempt of the job on the engine, from a fresh snapshot (subclasses)
-4. classify - ``occflow.core.classify`` on the engine's error
-5. policy   - ``WritePolicy.decide``: retry in the task, reschedule, skip, fail, default
-6. report   - the outcome to XCom (version / snapshot, attempts, conflicts, wasted seconds), metrics,
-              and what the commit really touched (``observe_commit``) against the declaration
-
-Subclasses say only how one attempt runs (``run_attempt``) and which engine it is.
-
-Steps 3-5 are one plain loop (``run_with_policy``), not ``tenacity.Retrying``: what follows each
-attempt depends on the classified kind and on the stage the policy reached (retry, then
-reschedule, then fail), which tenacity's retry / stop / wait callbacks would each re-derive.
-
-Right before each commit the engine calls ``before_commit()`` (docs/exactly-once.md): the write
-already in the table (another live try) settles the attempt as committed; a lease that is not
-live any more aborts it uncommitted, and the task goes back through admission (reschedule).
+A subclass says how its write is declared (``declare``) and which engine runs it
+(``write_target``: a ``WriteTarget`` from its engine folder). The run itself, attempt ->
+classify -> decide -> act and the report of every end, is ``flow.WriteFlow``'s.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
-from typing import Any, NoReturn
+from typing import Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import (
-    AirflowException,
-    AirflowFailException,
-    AirflowRescheduleException,
-    AirflowSkipException,
-    AirflowTaskTimeout,
-)
+from airflow.sdk.exceptions import AirflowFailException
 
-from ..core.classify import classify
 from ..core.declaration import WriteDeclaration
-from ..core.errors import InvalidDeclarationError, conflict_error
-from ..core.kinds import Classification, ConflictKind
-from ..core.observed import ObservedFootprint
-from ..core.policy import Action, Decision, WritePolicy, derive_policy, overrides_to_dict
-from ..engines.ledger import AlreadyCommitted, StaleOverwriteError
-from ..engines.outcome import WriteOutcome
+from ..core.errors import InvalidDeclarationError
+from ..core.policy import WritePolicy, derive_policy, overrides_to_dict
+from ..core.report import WriteReport
+from ..engines.target import WriteTarget
 from . import admission
-from .exactly_once import BeforeCommit, LeaseLapsed, exactly_once_for, try_number
-from .history import WriteHistory, emit_metrics, load_history, observed_report, store_history
+from .admission import AdmissionSettings
+from .exactly_once import stale_overwrite_action, try_number
+from .flow import (
+    MAX_LEASE_LOSSES,
+    ConflictFailure,
+    FlowSettings,
+    LeaseLostFailure,
+    WriteFlow,
+    WriteLost,
+    WriteNotCommitted,
+    task_ref,
+)
+from .history import WriteHistory, load_history
 from .lineage import OpenLineageMixin
 from .links import TableHistoryLink, WriteCommitLink
-from .messages import attempt_line, committed_by, engine_message, fitted_to_engine, sentence, why
 
-#: Aborts for a lease that was not live at the commit, per task instance, before the task fails
-#: (for Airflow's retries) instead of going back through admission once more.
-MAX_LEASE_LOSSES = 3
-
-
-class WriteLost(Exception):
-    """One attempt did not commit: carries the engine's outcome (or exception) and its class."""
-
-    def __init__(self, classification: Classification, outcome: WriteOutcome | None, error: BaseException | None):
-        self.engine_message = engine_message(outcome, error)
-        super().__init__(f"{classification.kind.value}: {self.engine_message}")
-        self.classification = classification
-        self.outcome = outcome
-        self.error = error
-
-
-class ConflictFailure(AirflowFailException):
-    """The policy said fail fast: retrying cannot help (or may write twice). Airflow will not retry.
-
-    ``report`` is the task's write report; ``conflict`` the typed occflow conflict exception,
-    so a notifier can explain the conflict without parsing text.
-    """
-
-    def __init__(self, message: str, report: dict[str, Any], conflict: BaseException | None = None) -> None:
-        super().__init__(message)
-        self.report = report
-        self.conflict = conflict
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (str(self), self.report, self.conflict))
-
-
-class WriteNotCommitted(RuntimeError):
-    """The engine failed with an error that is not a conflict: Airflow's ordinary retries decide.
-
-    ``report`` is the task's write report (its ``error`` is the engine's message), for notifiers."""
-
-    def __init__(self, message: str, report: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.report = report or {}
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (str(self), self.report))
-
-
-class LeaseLostFailure(AirflowException):
-    """The lease was not live at the commit ``MAX_LEASE_LOSSES`` times: Airflow's retries decide."""
+#: The XCom key every write pushes its report under, whatever its end (``WriteReport``).
+REPORT_XCOM_KEY = "occflow_report"
 
 
 class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
@@ -146,8 +85,8 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
         lease_store_url: str | None = None,
         lease_ttl: float = 300.0,
         admission_poll_interval: float = 2.0,
-        admission_wait_seconds: float = 0.0,
-        admission_resume_settle_seconds: float = 10.0,
+        admission_wait_seconds: float | None = None,
+        admission_resume_settle_seconds: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -175,6 +114,7 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
         self.admission_poll_interval = admission_poll_interval
         self.admission_wait_seconds = admission_wait_seconds
         self.admission_resume_settle_seconds = admission_resume_settle_seconds
+        self.admission_settings()  # a bad number of seconds fails the DAG import, naming the parameter
 
     @classmethod
     def partial(cls, **kwargs: Any) -> Any:  # type: ignore[override]
@@ -205,14 +145,24 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         declaration = self.declare()
-        lease = admission.admit(self, declaration, context)  # defers when not admitted
+        lease = admission.admit(self.admission_settings(), declaration, context, self.log, self.defer)
         return self.write(declaration, lease, context)
 
     def execute_admitted(self, context: Any, event: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Resumed by the admission trigger: the lease was granted while the task was deferred."""
         declaration = self.declare()
-        lease = admission.lease_from_event(self, event)
+        lease = admission.lease_from_event(self.admission_settings(), event)
         return self.write(declaration, lease, context)
+
+    def admission_settings(self) -> AdmissionSettings:
+        return AdmissionSettings(
+            enabled=bool(self.admission), store_url=self.lease_store_url, lease_ttl=self.lease_ttl,
+            poll_interval=self.admission_poll_interval,
+            wait_seconds=admission.DEFAULT_ADMISSION_WAIT_SECONDS if self.admission_wait_seconds is None
+            else self.admission_wait_seconds,
+            resume_settle_seconds=admission.DEFAULT_RESUME_SETTLE_SECONDS
+            if self.admission_resume_settle_seconds is None else self.admission_resume_settle_seconds,
+        )
 
     def declare(self) -> WriteDeclaration:
         """The declaration with rendered partition values, validated again (no templates left)."""
@@ -238,260 +188,60 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
             raise AirflowFailException(f"{self.task_id}: invalid rendered declaration: {exc}") from exc
 
     def write_policy(self) -> WritePolicy:
-        # occflow's operators re-plan every attempt from a fresh snapshot (run_attempt loads it).
+        # occflow's operators re-plan every attempt from a fresh snapshot (the targets load it).
         return derive_policy(self.profile, self.operation, self.policy_overrides, replans_from_fresh_snapshot=True)
 
+    def flow_settings(self) -> FlowSettings:
+        return FlowSettings(
+            exactly_once=getattr(self, "exactly_once", True) is not False,
+            stale_overwrite=stale_overwrite_action(getattr(self, "stale_overwrite", None)),
+            reschedule_after_lease_loss=float(self.admission_poll_interval),
+        )
+
     def write(self, declaration: WriteDeclaration, lease: Any, context: Any) -> dict[str, Any]:
-        policy = self.write_policy()
+        """Run the admitted write's flow; its report (``WriteReport.to_dict()``) is the XCom."""
+        settings = self.admission_settings()
+        target = self.write_target(declaration, context)
         # Starting the engine (a JVM, a session) is not an attempt: no conflict can waste it.
-        self.prepare_engine(declaration, context)
+        target.prepare()
         history = load_history(context)
-        self._metrics_since = (len(history.conflicts), len(history.decisions), history.wasted_seconds)
         try:
-            with admission.keep(self, lease) as keeper:
-                self.lease_keeper = keeper  # what before_commit() checks, and whose fence is stamped
-                outcome = self.run_with_policy(declaration, policy, history, context)
+            with admission.keep(settings, lease, self.log) as keeper:
+                flow = WriteFlow(
+                    declaration=declaration, policy=self.write_policy(), target=target, context=context,
+                    log=self.log, history=history, settings=self.flow_settings(), keeper=keeper,
+                    publish=lambda report: self.publish_report(report, context), task=task_ref(context),
+                    try_number=try_number(context),
+                )
+                report = flow.run()
         finally:
-            admission.release(self, lease)
-        report = self.report(declaration, outcome, history)
-        report.update(observed_report(self, declaration, outcome))  # logs a write beyond its declaration
-        store_history(context, None)
-        emit_metrics(report, self._metrics_since)
-        if outcome.tag.get("exactly_once"):  # found in the table, not written again by this try
-            self.log.info(
-                "%s on %s was already committed by %s (version=%s snapshot=%s): this try (%d) wrote nothing; %s",
-                declaration.operation.value, declaration.table, committed_by(outcome.tag), report["version"],
-                report["snapshot_id"], try_number(context), outcome.tag["exactly_once"],
-            )
-            return report
-        self.log.info(
-            "committed %s on %s: version=%s snapshot=%s after %d attempt(s), %d conflict(s), %.1fs wasted",
-            declaration.operation.value, declaration.table, report["version"], report["snapshot_id"],
-            report["attempts"], len(report["conflicts"]), report["wasted_seconds"],
-        )
-        return report
+            admission.release(settings, lease, self.log)
+        return report.to_dict()
 
-    def run_with_policy(
-        self, declaration: WriteDeclaration, policy: WritePolicy, history: WriteHistory, context: Any
-    ) -> WriteOutcome:
-        """Run -> classify -> decide -> act, until an attempt commits or a decision ends this try."""
-        # Exactly once (docs/exactly-once.md): commits carry the write's tag; a retry, and every
-        # attempt of a later try, first looks for it in the table and succeeds if it is there.
-        keeper = getattr(self, "lease_keeper", None)
-        guard = exactly_once_for(self, declaration, context, None if keeper is None else keeper.fence)
-        self._before_commit = BeforeCommit(keeper, guard)
-        later_try = try_number(context) > 1
-        while True:
-            try:
-                return self._attempt(declaration, context, history, guard, later_try)
-            except LeaseLapsed as lapsed:
-                self.abort_lease_lost(declaration, lapsed, history, context)  # raises
-            except WriteLost as lost:
-                elapsed = time.time() - history.first_started
-                decision = fitted_to_engine(policy.decide(lost.classification, history.attempts, elapsed),
-                                            self.engine_name)
-                self._record(history, lost, decision)
-                if decision.action is not Action.RETRY:
-                    self.act_on(declaration, decision, lost, history, context)  # raises
-            # Retry in the task, outside the handler: the next attempt's errors are its own.
-            time.sleep(decision.delay_seconds)
-
-    def _attempt(
-        self, declaration: WriteDeclaration, context: Any, history: WriteHistory, guard: Any, later_try: bool
-    ) -> WriteOutcome:
-        """One attempt from a fresh snapshot: the committed outcome, or ``WriteLost`` (classified)."""
-        history.attempts += 1
-        started = time.monotonic()
-        attempt = history.attempts
+    def publish_report(self, report: WriteReport, context: Any) -> None:
+        """Every end's report: kept for the OpenLineage facets and pushed to XCom under
+        ``occflow_report`` (a failed or skipped try returns no value, yet the view and the
+        notifier must see it)."""
+        self.occflow_report = report
+        ti = context.get("ti") if hasattr(context, "get") else None
+        if ti is None:
+            return
         try:
-            if guard is None:
-                outcome = self.run_attempt(declaration, context, attempt)
-            else:
-                done = self._found_committed(guard) if later_try or attempt > 1 else None
-                outcome = done or guard.run(lambda: self.run_attempt(declaration, context, attempt),
-                                            verify_first=False)
-        except StaleOverwriteError as stale:
-            raise (AirflowSkipException if stale.action == "skip" else AirflowFailException)(str(stale)) from stale
-        except (AirflowFailException, AirflowSkipException, AirflowTaskTimeout, InvalidDeclarationError):
-            raise
-        except LeaseLapsed:
-            history.wasted_seconds += time.monotonic() - started
-            raise
-        except AlreadyCommitted as done:  # the job's own Delta txn id is in the table already: done
-            by = {} if done.found is None else {"committed_by": done.found.by}
-            return WriteOutcome(engine=self.engine_name, table=declaration.table, operation=declaration.operation,
-                                committed=True, seconds=0.0, tag={"exactly_once": str(done), **by})
-        except Exception as exc:
-            # An engine that raises instead of returning an outcome: classified the same way.
-            history.wasted_seconds += time.monotonic() - started
-            raise WriteLost(classify(exc), None, exc) from exc
-        if outcome.committed:
-            return outcome
-        # The whole attempt is thrown away: preparing its input as much as the engine call.
-        history.wasted_seconds += time.monotonic() - started
-        found = outcome.classification or classify(outcome.error)
-        raise WriteLost(found, outcome, None)
-
-    @staticmethod
-    def _found_committed(guard: Any) -> WriteOutcome | None:
-        """A retry or a later try first looks for its write in the table (``ExactlyOnce.verify``)."""
-        found = guard.ledger.find_commit(guard.tag)
-        if found is None:
-            return None
-        outcome: WriteOutcome = found.outcome(guard.tag.operation, "already committed by an earlier attempt")
-        outcome.tag["committed_by"] = found.by  # the log says "already committed by try N"
-        return outcome
-
-    def before_commit(self) -> None:
-        """The check right before a commit; engines call it as late as their API allows.
-
-        Raises ``AlreadyCommitted`` (another live try committed this write: settled, not written
-        again) or ``LeaseLapsed`` (the lease is not live: aborted uncommitted). A no-op outside
-        ``write`` (no lease, no tag)."""
-        check = getattr(self, "_before_commit", None)
-        if check is not None:
-            check()
-
-    @property
-    def commit_fence(self) -> int | None:
-        """The fencing token of the running write's lease (``None`` without admission)."""
-        keeper = getattr(self, "lease_keeper", None)
-        return None if keeper is None else int(keeper.fence)
-
-    def abort_lease_lost(
-        self, declaration: WriteDeclaration, lapsed: LeaseLapsed, history: WriteHistory, context: Any
-    ) -> NoReturn:
-        """The lease was not live at the commit: nothing was committed. Not a conflict: the task
-        goes back through admission for a fresh lease (reschedule), or fails after
-        ``MAX_LEASE_LOSSES`` such aborts, for Airflow's retries."""
-        history.lease_losses.append({"attempt": history.attempts, "fence": lapsed.fence, "reason": str(lapsed)})
-        emit_metrics(self.report(declaration, None, history, committed=False), self._metrics_since)
-        message = f"attempt {history.attempts} of {declaration.operation.value} on {declaration.table} aborted before its commit: {lapsed}"
-        if len(history.lease_losses) >= MAX_LEASE_LOSSES:
-            store_history(context, None)
-            raise LeaseLostFailure(f"{message} ({len(history.lease_losses)} times; failing for Airflow's retries)") from lapsed
-        store_history(context, history)
-        when = _utcnow() + timedelta(seconds=max(float(self.admission_poll_interval), 1.0))
-        self.log.warning("%s; rescheduling until %s to be admitted again", message, when.isoformat())
-        raise AirflowRescheduleException(when) from lapsed
-
-    def act_on(
-        self, declaration: WriteDeclaration, decision: Decision, lost: WriteLost, history: WriteHistory, context: Any
-    ) -> NoReturn:
-        """Turn a decision that ends this try into what Airflow understands: reschedule, skip,
-        fail fast, or (not a conflict) the engine's own error for Airflow's ordinary retries."""
-        partial = self.report(declaration, lost.outcome, history, committed=False)
-        partial["error"] = lost.engine_message
-        emit_metrics(partial, self._metrics_since)
-        if decision.action is Action.RESCHEDULE:
-            store_history(context, history)
-            raise AirflowRescheduleException(_utcnow() + timedelta(seconds=max(decision.delay_seconds, 1.0)))
-        store_history(context, None)
-        if decision.action is Action.SKIP:
-            raise AirflowSkipException(decision.reason)
-        if decision.action is Action.FAIL:
-            kind = lost.classification.kind
-            winner = lost.classification.winning_commit
-            conflict = conflict_error(kind, str(lost), winner) if kind.is_conflict else None
-            raise ConflictFailure(
-                f"{declaration.operation.value} on {declaration.table} lost with {kind.value} and occflow "
-                f"will not retry it: {sentence(why(decision))} "
-                f"(attempts {history.attempts}, {history.wasted_seconds:.1f}s wasted; engine: {lost.engine_message})",
-                partial,
-                conflict,
-            ) from lost
-        # DEFAULT: not a conflict. The engine's own error goes to Airflow's ordinary retries.
-        if lost.error is not None:
-            raise lost.error
-        raise WriteNotCommitted(
-            f"{declaration.operation.value} on {declaration.table} failed (not a conflict): {lost.engine_message}",
-            partial,
-        )
-
-    def _record(self, history: WriteHistory, lost: WriteLost, decision: Decision) -> None:
-        cls = lost.classification
-        if cls.is_conflict:
-            history.conflicts.append(
-                {
-                    "attempt": history.attempts,
-                    "kind": cls.kind.value,
-                    "reason": cls.reason,
-                    "winning_commit": cls.to_dict()["winning_commit"],
-                    "seconds": None if lost.outcome is None else round(lost.outcome.seconds, 3),
-                    "error": lost.engine_message,
-                }
-            )
-        history.decisions.append(
-            {
-                "attempt": history.attempts,
-                "kind": cls.kind.value,
-                "action": decision.action.value,
-                "delay_seconds": decision.delay_seconds,
-                "reason": decision.reason,
-            }
-        )
-        self.log.warning("%s", attempt_line(history.attempts, self.operation, self.table, decision,
-                                            cls.kind, lost.engine_message))
-
-    def report(
-        self,
-        declaration: WriteDeclaration,
-        outcome: WriteOutcome | None,
-        history: WriteHistory,
-        committed: bool | None = None,
-    ) -> dict[str, Any]:
-        """The XCom payload: what was written, where, after how many attempts and conflicts
-        (kept as ``occflow_report`` too, for the OpenLineage facets: ``lineage.py``)."""
-        self.occflow_report = report = {
-            "table": declaration.table,
-            "operation": declaration.operation.value,
-            "profile": declaration.profile.name,
-            "partitions": None if declaration.partitions is None else [dict(p) for p in declaration.partitions],
-            "engine": self.engine_name,
-            "committed": bool(outcome is not None and outcome.committed) if committed is None else committed,
-            "version": None if outcome is None else outcome.version,
-            "snapshot_id": None if outcome is None else outcome.snapshot_id,
-            "rows": None if outcome is None else outcome.rows,
-            "seconds": None if outcome is None else round(outcome.seconds, 3),
-            "attempts": history.attempts,
-            "conflicts": list(history.conflicts),
-            "decisions": list(history.decisions),
-            "wasted_seconds": round(history.wasted_seconds, 3),
-            "tag": {} if outcome is None else dict(outcome.tag),
-            "error": None,  # the engine's message when the write did not commit (``engine_message``)
-            "fence": self.commit_fence,
-            "lease_lost": list(history.lease_losses),
-            # What the commit touched, and what of it the declaration did not cover (``core.observed``)
-            "observed_footprint": None,
-            "footprint_exceeded": None,
-        }
-        return report
+            ti.xcom_push(key=REPORT_XCOM_KEY, value=report.to_dict())
+        except Exception as exc:  # noqa: BLE001 - the write's end must not be hidden by its report
+            self.log.warning("could not push the write report to XCom: %s", exc)
 
     # ------------------------------------------------------------------ engine-specific
 
-    def prepare_engine(self, declaration: WriteDeclaration, context: Any) -> None:
-        """Start what every attempt shares (a Spark session); not timed as an attempt."""
-
-    def run_attempt(self, declaration: WriteDeclaration, context: Any, attempt: int) -> WriteOutcome:
-        """Run the job once from a fresh snapshot; return the engine's outcome."""
-        raise NotImplementedError(f"{type(self).__name__} must implement run_attempt")
-
-    def observe_commit(self, outcome: WriteOutcome) -> ObservedFootprint | None:
-        """What the committed ``outcome`` really touched, read from the engine's log or metadata
-        (``None``: this engine cannot say, or the commit has no version to read)."""
-        return None
-
-
-def _utcnow() -> Any:
-    from airflow.sdk import timezone
-
-    return timezone.utcnow()
+    def write_target(self, declaration: WriteDeclaration, context: Any) -> WriteTarget:
+        """The engine's ``WriteTarget`` for this write (one per engine folder)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement write_target")
 
 
 __all__ = [
     "MAX_LEASE_LOSSES",
     "ConflictFailure",
-    "ConflictKind",
+    "REPORT_XCOM_KEY",
     "LeaseLostFailure",
     "OccflowWriteOperator",
     "WriteHistory",

@@ -7,8 +7,7 @@ facts); what is kept, checked and logged from that is the same.
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, replace
 
 from ..core.declaration import WriteDeclaration
 from ..core.profiles.model import Profile
@@ -23,17 +22,24 @@ def why_of(derived: DerivedWrite, facts: TableFacts | None) -> list[str]:
     return found + ([] if facts is None else list(facts.why(derived.operation)))
 
 
-def settle(operator: Any, declaration: WriteDeclaration, derived: DerivedWrite, profile: Profile,
-           facts: TableFacts | None) -> WriteDeclaration:
-    """The declaration with ``profile`` and, where the operator derives them, the SQL's partitions
+@dataclass(frozen=True)
+class Settled:
+    """The declaration an SQL write settled on, and what the SQL and the table said (the log)."""
+
+    declaration: WriteDeclaration
+    why: tuple[str, ...]
+
+
+def settle(declaration: WriteDeclaration, derived: DerivedWrite, profile: Profile, facts: TableFacts | None,
+           *, derive_partitions: bool) -> Settled:
+    """The declaration with ``profile`` and, when ``derive_partitions``, the SQL's partitions
     (else the declared ones, checked against the SQL); the operator's retry policy follows
     ``profile`` from then on."""
-    if operator.derives["partitions"]:
+    if derive_partitions:
         partitions, reads_whole = derived.partitions, derived.reads_target and derived.partitions is None
     else:
         check_derived_against(derived, declaration)
         partitions, reads_whole = declaration.partitions, declaration.reads_whole_table
-    operator.profile = profile.name  # the retry policy follows the table's matrix
-    operator.log.info("declared from the SQL and the table: %s", "; ".join(why_of(derived, facts)))
-    return replace(declaration, profile=profile, engine_profile=profile.name, partitions=partitions,
-                   reads_whole_table=reads_whole)
+    settled = replace(declaration, profile=profile, engine_profile=profile.name, partitions=partitions,
+                      reads_whole_table=reads_whole)
+    return Settled(settled, tuple(why_of(derived, facts)))

@@ -3,8 +3,8 @@ that runs each attempt so that the logical write lands once (docs/exactly-once.m
 
 ``ExactlyOnce.run`` wraps one attempt: verify first when asked, refuse an overwrite that a newer
 logical date already overwrote, tag the commit, and verify a ``commit_state_unknown`` failure
-instead of letting it be retried blindly. The ledger comes from the operator itself
-(``commit_ledger(table, only_if=None)``): each write operator asks its engine for it.
+instead of letting it be retried blindly. The ledger comes from the write's engine target
+(``WriteTarget.commit_ledger(only_if=None)``).
 
 One write, one live attempt: ``BeforeCommit`` is the check the engines run right before the
 commit (another live try may have committed meanwhile; the lease must still be live). What it
@@ -15,7 +15,7 @@ the attempt as "already committed by try N" instead of committing twice or faili
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -220,44 +220,15 @@ def from_context(
     )
 
 
-def stale_overwrite_action(operator: Any) -> str:
-    """The operator's ``stale_overwrite`` attribute, else ``$OCCFLOW_STALE_OVERWRITE``, else report."""
-    action = getattr(operator, "stale_overwrite", None) or os.environ.get(STALE_OVERWRITE_ENV) or "report"
+def stale_overwrite_action(configured: str | None) -> str:
+    """``configured`` (the operator's ``stale_overwrite``), else ``$OCCFLOW_STALE_OVERWRITE``,
+    else report."""
+    action = configured or os.environ.get(STALE_OVERWRITE_ENV) or "report"
     if action not in STALE_OVERWRITE_ACTIONS:
         raise InvalidDeclarationError(
             f"stale_overwrite must be one of {', '.join(STALE_OVERWRITE_ACTIONS)}, got {action!r}"
         )
     return str(action)
-
-
-def ledger_for(operator: Any, table: str, only_if: Mapping[str, str] | None = None) -> CommitLedger | None:
-    """The ledger of the table an occflow operator writes: its ``commit_ledger(table, only_if=...)``;
-    ``None`` for an operator without one or whose engine keeps no ledger (spark-submit drivers
-    commit in another process, plain Parquet/Hive tables keep no history: docs/exactly-once.md)."""
-    own = getattr(operator, "commit_ledger", None)
-    if not callable(own):
-        return None
-    ledger: CommitLedger | None = own(table, only_if=only_if)
-    return ledger
-
-
-def exactly_once_for(
-    operator: Any, declaration: Any, context: Any, fence: int | None = None
-) -> ExactlyOnce | None:
-    """The exactly-once guard of a task's write, or ``None`` (outside a task, untaggable engine,
-    or ``exactly_once = False`` on the operator). ``fence``: the lease's token, stamped on the commit."""
-    if getattr(operator, "exactly_once", True) is False:
-        return None
-    partitions = None if declaration.partitions is None else [dict(p) for p in declaration.partitions]
-    tag = from_context(context, declaration.operation, partitions, fence)
-    if tag is None:
-        return None
-    # The keys DeltaWriteOperator's commit_metadata writes: they pick out the operator's commits.
-    own_commit = {"occflow.dag_id": tag.dag_id, "occflow.task_id": tag.task_id, "occflow.run_id": tag.run_id}
-    ledger = ledger_for(operator, declaration.table, own_commit)
-    if ledger is None:
-        return None
-    return ExactlyOnce(ledger, tag, stale_overwrite_action(operator))
 
 
 def try_number(context: Any) -> int:

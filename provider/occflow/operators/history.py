@@ -1,17 +1,15 @@
 """What a task instance spent on its write so far, kept across reschedules in Airflow's
-``task_state_store``, the metrics for what each try added, and what its commit really touched."""
+``task_state_store``, and the metrics for what each try added."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import metrics
-from ..core.declaration import WriteDeclaration
-from ..core.observed import excess
-from ..engines.outcome import WriteOutcome
+from ..core.report import LeaseLoss, LostAttempt, MalformedReport, WriteReport, WriteStatus
 
 # task_state_store keys: what earlier tries of this task instance (reschedules) already spent.
 _STATE_KEY = "occflow_write_history"
@@ -24,22 +22,31 @@ class WriteHistory:
     first_started: float = field(default_factory=time.time)
     attempts: int = 0
     wasted_seconds: float = 0.0
-    conflicts: list[dict[str, Any]] = field(default_factory=list)
-    decisions: list[dict[str, Any]] = field(default_factory=list)
-    lease_losses: list[dict[str, Any]] = field(default_factory=list)  # attempts aborted uncommitted
+    lost: list[LostAttempt] = field(default_factory=list)
+    lease_losses: list[LeaseLoss] = field(default_factory=list)  # attempts aborted uncommitted
+
+    def to_dict(self) -> dict[str, Any]:
+        """Kept in the state store in the report's own layout (one serialisation for both)."""
+        as_report = WriteReport(table="-", operation="-", profile="-", engine="-", status=WriteStatus.RESCHEDULED,
+                                attempts=self.attempts, lost=tuple(self.lost), wasted_seconds=self.wasted_seconds,
+                                lease_lost=tuple(self.lease_losses)).to_dict()
+        return {"first_started": self.first_started, **{k: as_report[k] for k in _KEPT}}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> WriteHistory:
         if not data:
             return cls()
+        report = WriteReport.from_dict({"table": "-", "operation": "-", **{k: data.get(k) for k in _KEPT}})
         return cls(
             first_started=float(data["first_started"]),
-            attempts=int(data["attempts"]),
-            wasted_seconds=float(data["wasted_seconds"]),
-            conflicts=list(data.get("conflicts", [])),
-            decisions=list(data.get("decisions", [])),
-            lease_losses=list(data.get("lease_losses", [])),
+            attempts=report.attempts,
+            wasted_seconds=report.wasted_seconds,
+            lost=list(report.lost),
+            lease_losses=list(report.lease_lost),
         )
+
+
+_KEPT = ("attempts", "wasted_seconds", "lost_attempts", "lease_lost")
 
 
 def _state_store(context: Any) -> Any:
@@ -55,6 +62,8 @@ def load_history(context: Any) -> WriteHistory:
         return WriteHistory()
     try:
         return WriteHistory.from_dict(store.get(_STATE_KEY))
+    except (MalformedReport, KeyError, TypeError, ValueError):
+        return WriteHistory()  # a history this version cannot read only loses counts, never data
     except Exception:  # noqa: BLE001 - no state yet / the store is not reachable
         return WriteHistory()
 
@@ -65,46 +74,14 @@ def store_history(context: Any, history: WriteHistory | None) -> None:
     if store is None:
         return
     try:
-        store.set(_STATE_KEY, None if history is None else asdict(history))
+        store.set(_STATE_KEY, None if history is None else history.to_dict())
     except Exception:  # noqa: BLE001 - losing the history only loses counts, never data
         return
 
 
-def emit_metrics(report: Mapping[str, Any], since: tuple[int, int, float]) -> None:
+def emit_metrics(report: WriteReport, since: tuple[int, float]) -> None:
     """Metrics for what this try added (earlier tries of a rescheduled task reported theirs)."""
-    conflicts, decisions, wasted = since
+    lost, wasted = since
     metrics.record_report(
-        {
-            **report,
-            "conflicts": report["conflicts"][conflicts:],
-            "decisions": report["decisions"][decisions:],
-            "wasted_seconds": max(float(report["wasted_seconds"]) - wasted, 0.0),
-        }
+        replace(report, lost=report.lost[lost:], wasted_seconds=max(report.wasted_seconds - wasted, 0.0))
     )
-
-
-def observed_report(operator: Any, declaration: WriteDeclaration, outcome: WriteOutcome) -> dict[str, Any]:
-    """The report's ``observed_footprint`` (what the commit really touched, read back from the
-    engine by ``operator.observe_commit``) and ``footprint_exceeded`` (what of it the declaration
-    did not cover, with the advice; ``None`` when covered or not observed). A write beyond its
-    declaration is logged as a warning: admission kept it apart only from what it declared."""
-    empty: dict[str, Any] = {"observed_footprint": None, "footprint_exceeded": None}
-    if not outcome.committed:
-        return empty
-    try:
-        observed = operator.observe_commit(outcome)
-    except Exception as exc:  # noqa: BLE001 - the write is committed; only the check is lost
-        operator.log.warning(
-            "could not read what the commit of %s on %s touched (version=%s snapshot=%s): %s",
-            declaration.operation.value, declaration.table, outcome.version, outcome.snapshot_id, exc,
-        )
-        return empty
-    if observed is None:
-        return empty
-    found = excess(declaration, observed)
-    if found is not None:
-        operator.log.warning(
-            "footprint exceeded: %s (commit %s). What to change: %s",
-            found.describe(), observed.version_or_snapshot, found.advice,
-        )
-    return {"observed_footprint": observed.to_dict(), "footprint_exceeded": None if found is None else found.to_dict()}

@@ -35,6 +35,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..core.identifiers import unquoted_parts
+from ..core.report import MalformedReport, WriteReport
 from ..engines.spark import IcebergFormat, SparkConfig
 
 #: Facet keys occflow adds (custom facets carry the project's prefix, as the OpenLineage spec asks).
@@ -67,8 +68,8 @@ class OpenLineageMixin:
     operator, and ``path`` (delta-rs) or ``session_config()`` (Spark) for the table's location.
     """
 
-    #: This try's write report; ``OccflowWriteOperator.report`` sets it.
-    occflow_report: dict[str, Any] | None = None
+    #: This try's write report; the write flow publishes it (``OccflowWriteOperator.publish_report``).
+    occflow_report: WriteReport | None = None
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         return self._openlineage_lineage(task_instance, failed=False)
@@ -78,7 +79,7 @@ class OpenLineageMixin:
 
     # ------------------------------------------------------------------ what the write did
 
-    def openlineage_report(self, task_instance: Any, failed: bool) -> Mapping[str, Any] | None:
+    def openlineage_report(self, task_instance: Any, failed: bool) -> WriteReport | None:
         """The write report of this try: the one the write flow kept on the operator
         (``occflow_report``), else on a failure the partial report of the exception that ended
         the try (``ConflictFailure.report``, ``WriteNotCommitted.report``); ``None`` when there is none.
@@ -87,13 +88,16 @@ class OpenLineageMixin:
         XCom read through ``dag.test()``'s in-process API server hangs until the provider's
         ``execution_timeout`` kills the child and the event is lost."""
         kept = getattr(self, "occflow_report", None)
-        if _is_report(kept):
+        if isinstance(kept, WriteReport):
             return kept
         if failed:
             for error in _causes(_task_exception(task_instance)):
                 report = getattr(error, "report", None)
-                if _is_report(report):
-                    return report
+                if WriteReport.looks_like(report):
+                    try:
+                        return WriteReport.from_dict(report)
+                    except MalformedReport:
+                        continue
         return None
 
     # ------------------------------------------------------------------ where the table is
@@ -155,27 +159,25 @@ class OpenLineageMixin:
                 dataset_facets["lifecycleStateChange"] = facets.LifecycleStateChangeDatasetFacet(
                     lifecycleStateChange=facets.LifecycleStateChange(lifecycle)
                 )
-            if report is not None and report.get("rows") is not None:
-                output_facets["outputStatistics"] = facets.OutputStatisticsOutputDatasetFacet(
-                    rowCount=int(report["rows"])
-                )
+            if report is not None and report.rows is not None:
+                output_facets["outputStatistics"] = facets.OutputStatisticsOutputDatasetFacet(rowCount=report.rows)
         run_facets: dict[str, Any] = {}
         if report is not None:
             run_facets[CONFLICTS_FACET] = facets.OccflowConflictsRunFacet(**conflict_fields(report))
         output = OutputDataset(namespace=namespace, name=name, facets=dataset_facets, outputFacets=output_facets)
         return OperatorLineage(outputs=[output], run_facets=run_facets)
 
-    def _write_fields(self, report: Mapping[str, Any] | None) -> dict[str, Any]:
+    def _write_fields(self, report: WriteReport | None) -> dict[str, Any]:
         """The ``occflow_write`` facet's fields: from the report, else from the declaration."""
         if report is not None:
             return {
-                "operation": str(report["operation"]),
-                "profile": str(report["profile"]),
-                "engine": str(report["engine"]),
-                "partitions": _partition_list(report.get("partitions")),
-                "committed": bool(report.get("committed")),
-                "version": report.get("version"),
-                "snapshotId": report.get("snapshot_id"),
+                "operation": report.operation,
+                "profile": report.profile,
+                "engine": report.engine,
+                "partitions": _partition_list(report.partitions),
+                "committed": report.committed,
+                "version": report.version,
+                "snapshotId": report.snapshot_id,
             }
         declared = self.occflow_write  # type: ignore[attr-defined]
         return {
@@ -192,29 +194,26 @@ class OpenLineageMixin:
 # ---------------------------------------------------------------------- pure helpers
 
 
-def conflict_fields(report: Mapping[str, Any]) -> dict[str, Any]:
+def conflict_fields(report: WriteReport) -> dict[str, Any]:
     """The ``occflow_conflicts`` run facet's fields from a write report: per lost attempt the
     conflict kind, the winning commit (``None`` where the engine could not name it), and the
     action the policy took for it."""
-    actions = {int(d["attempt"]): d.get("action") for d in report.get("decisions") or ()}
-    conflicts = []
-    for conflict in report.get("conflicts") or ():
-        attempt = int(conflict["attempt"])
-        conflicts.append(
-            {
-                "attempt": attempt,
-                "kind": conflict["kind"],
-                "reason": conflict.get("reason"),
-                "winner": winner_fields(conflict.get("winning_commit")),
-                "seconds": conflict.get("seconds"),
-                "action": actions.get(attempt),
-            }
-        )
+    conflicts = [
+        {
+            "attempt": lost.attempt,
+            "kind": lost.kind.value,
+            "reason": lost.reason,
+            "winner": None if lost.winner is None else winner_fields(lost.winner.to_dict()),
+            "seconds": lost.seconds,
+            "action": lost.action.value,
+        }
+        for lost in report.conflicts
+    ]
     return {
-        "attempts": int(report.get("attempts") or 0),
-        "wastedSeconds": float(report.get("wasted_seconds") or 0.0),
+        "attempts": report.attempts,
+        "wastedSeconds": round(report.wasted_seconds, 3),
         "conflicts": conflicts,
-        "leaseLosses": len(report.get("lease_lost") or ()),
+        "leaseLosses": len(report.lease_lost),
     }
 
 
@@ -279,10 +278,6 @@ def _partition_list(partitions: Any) -> list[dict[str, Any]] | None:
     if isinstance(partitions, Sequence) and not isinstance(partitions, str):
         return [dict(p) for p in partitions]
     return None
-
-
-def _is_report(value: Any) -> bool:
-    return isinstance(value, Mapping) and {"table", "operation", "attempts"} <= set(value)
 
 
 def _task_exception(task_instance: Any) -> BaseException | None:

@@ -13,27 +13,35 @@ task with no committed write gets an empty link, which the UI does not show.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from airflow.sdk import BaseOperatorLink
 from airflow.sdk.bases.xcom import BaseXCom
 
-#: The XCom key of the write report (the value ``execute`` returns).
-REPORT_KEY = "return_value"
+from ..core.report import MalformedReport, WriteReport
+
+#: The XCom keys of the write report: every end pushes ``occflow_report``; a committed try's
+#: return value is the same report (older runs have only that).
+REPORT_KEYS = ("occflow_report", "return_value")
 
 
-def write_report(ti_key: Any) -> Mapping[str, Any] | None:
+def write_report(ti_key: Any) -> WriteReport | None:
     """The write report of the task instance ``ti_key`` names, or ``None``."""
-    try:
-        value = BaseXCom.get_value(ti_key=ti_key, key=REPORT_KEY)
-    except Exception:  # noqa: BLE001 - no XCom (the try failed before returning): no link
-        return None
-    return value if isinstance(value, Mapping) else None
+    for key in REPORT_KEYS:
+        try:
+            value = BaseXCom.get_value(ti_key=ti_key, key=key)
+        except Exception:  # noqa: BLE001 - no XCom (the try failed before its report): no link
+            continue
+        if WriteReport.looks_like(value):
+            try:
+                return WriteReport.from_dict(value)
+            except MalformedReport:
+                return None
+    return None
 
 
-def _ask(operator: Any, method: str, report: Mapping[str, Any] | None) -> str:
-    if report is None or not report.get("committed"):
+def _ask(operator: Any, method: str, report: WriteReport | None) -> str:
+    if report is None or not report.committed:
         return ""
     found = getattr(operator, method, None)
     url = found(report) if callable(found) else None

@@ -20,21 +20,11 @@ from airflow.sdk.exceptions import AirflowFailException
 from ..core.declaration import WriteDeclaration
 from ..core.errors import InvalidDeclarationError
 from ..core.profiles import get_profile
-from ..engines.ledger import CommitLedger
-from ..engines.maxcompute import (
-    MaxComputeLedger,
-    MaxComputeWrite,
-    ProjectJobs,
-    ResidueError,
-    check_maxcompute_sql,
-    maxcompute_table_facts,
-    read_maxcompute_write,
-)
-from ..engines.outcome import WriteOutcome
+from ..engines.maxcompute import check_maxcompute_sql, read_maxcompute_write
+from ..engines.maxcompute.target import MaxComputeTarget
 from ..hooks.maxcompute import DEFAULT_CONN_ID, OccflowMaxComputeHook
 from .base import OccflowWriteOperator
 from .derived import settle
-from .exactly_once import from_context
 
 try:  # the Alibaba provider's log view link, where it is installed
     from airflow.providers.alibaba.cloud.links.maxcompute import MaxComputeLogViewLink
@@ -146,7 +136,7 @@ class MaxComputeWriteOperator(OccflowWriteOperator):
 
     def declare_from_table(self, declaration: WriteDeclaration) -> WriteDeclaration:
         """The declaration the rendered SQL and the table's facts give (see the module docstring)."""
-        facts = maxcompute_table_facts(self.client(), declaration.table)
+        facts = self._target(declaration).table_facts()
         derived = read_maxcompute_write(self.sql, facts.partition_columns)
         check_maxcompute_sql(self.sql, replace(declaration, partitions=None), self.task_id)
         profile = facts.profile(derived.operation) if self.derives["profile"] else declaration.profile
@@ -157,31 +147,22 @@ class MaxComputeWriteOperator(OccflowWriteOperator):
                 f"{derived.operation.value} is not a write on {facts.table}: its matrix {profile.name} knows "
                 f"{', '.join(o.value for o in profile.operations)} ({'; '.join(facts.why())})"
             )
-        return settle(self, declaration, derived, profile, facts)
+        settled = settle(declaration, derived, profile, facts, derive_partitions=self.derives["partitions"])
+        self.profile = settled.declaration.profile.name  # the retry policy follows the table's matrix
+        self.log.info("declared from the SQL and the table: %s", "; ".join(settled.why))
+        return settled.declaration
 
     # ------------------------------------------------------------------ one attempt
 
-    def commit_ledger(self, table: str, only_if: Mapping[str, str] | None = None) -> CommitLedger | None:
-        """The project's instances carrying occflow's tag (``engines.maxcompute.jobs``)."""
-        return MaxComputeLedger(ProjectJobs(self.client()), table)
-
-    def run_attempt(self, declaration: WriteDeclaration, context: Any, attempt: int) -> WriteOutcome:
-        partitions = None if declaration.partitions is None else [dict(p) for p in declaration.partitions]
-        tag = from_context(context, declaration.operation, partitions, self.commit_fence)
-        keys = declaration.partition_keys()
-        write = MaxComputeWrite(
-            self.client(), declaration.table, self.sql, declaration.operation,
-            partitions=None if keys is None else tuple(sorted(keys)),
-            tag=tag if getattr(self, "exactly_once", True) is not False else None,
-            hints=self.hints,
-            leaves_residue=declaration.operation in declaration.profile.residue_on_failure,
-            poll_interval=self.poll_interval,
+    def _target(self, declaration: WriteDeclaration, context: Any = None) -> MaxComputeTarget:
+        return MaxComputeTarget(
+            self.client(), declaration.table, self.sql, hints=self.hints, poll_interval=self.poll_interval,
+            exactly_once=getattr(self, "exactly_once", True) is not False,
+            on_instance=lambda instance, again: self._publish(context, instance, again),
         )
-        try:
-            return write.run(before_submit=self.before_commit,
-                             on_instance=lambda instance, again: self._publish(context, instance, again))
-        except ResidueError as exc:
-            raise AirflowFailException(str(exc)) from exc
+
+    def write_target(self, declaration: WriteDeclaration, context: Any) -> MaxComputeTarget:
+        return self._target(declaration, context)
 
     def _publish(self, context: Any, instance: Any, reconnected: bool) -> None:
         """The instance id and its log view in XCom (the Alibaba provider's link reads the latter)."""
@@ -193,21 +174,6 @@ class MaxComputeWriteOperator(OccflowWriteOperator):
         if ti is not None:
             ti.xcom_push(key=INSTANCE_ID_KEY, value=str(instance.id))
             ti.xcom_push(key=LOG_VIEW_KEY, value=link)
-
-    def report(self, declaration: WriteDeclaration, outcome: WriteOutcome | None, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        out = super().report(declaration, outcome, *args, **kwargs)
-        tag = {} if outcome is None else outcome.tag
-        out["maxcompute"] = {
-            "instance_id": tag.get("instance_id"),
-            "logview": tag.get("logview"),
-            "id_version": None if outcome is None else outcome.version,
-            "time_version": None if tag.get("time_version") is None else float(tag["time_version"]),
-            # compaction and clustering rewrite files without changing data: no time version (spec 001)
-            "data_change": None if outcome is None or not outcome.committed else declaration.operation.changes_data,
-            "meta_level_retry": tag.get("meta_level_retry") == "true",
-            "reconnected": tag.get("reconnected") == "true",
-        }
-        return out
 
     def on_kill(self) -> None:
         instance = getattr(self, "_instance", None)

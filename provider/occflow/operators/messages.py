@@ -5,13 +5,11 @@ with what happens next, and which try made a commit a later try found in the tab
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
 from ..core.advice import kind_help
-from ..core.kinds import ConflictKind
 from ..core.policy import Action, Decision
+from ..core.report import LostAttempt
 from ..engines.outcome import WriteOutcome
 
 # A JVM stack frame line ("\tat org.apache.spark...(File.java:12)"): where a Py4J message's own
@@ -37,12 +35,13 @@ def engine_message(outcome: WriteOutcome | None, error: BaseException | None) ->
     return f"{name}: {message}" if message else name
 
 
-def attempt_line(attempt: int, operation: str, table: str, decision: Decision, kind: ConflictKind, message: str) -> str:
-    """The one log line for an attempt that did not commit: what it lost to (or that it failed
-    without a conflict, with the engine's message) and what happens next."""
-    what = f"attempt {attempt} of {operation} on {table}"
-    if not kind.is_conflict:
-        return (f"{what} failed (not a conflict): {message}; occflow does not retry it, "
+def attempt_line(lost: LostAttempt, operation: str, table: str, decision: Decision) -> str:
+    """The one log line for an attempt that did not commit: what it lost to (the winning
+    commit, where the engine's log names it), or that it failed without a conflict with the
+    engine's message, and what happens next."""
+    what = f"attempt {lost.attempt} of {operation} on {table}"
+    if not lost.is_conflict:
+        return (f"{what} failed (not a conflict): {lost.error}; occflow does not retry it, "
                 "the task's ordinary retries decide")
     next_step = {
         Action.RETRY: f"retrying in {decision.delay_seconds:.1f}s from a fresh snapshot",
@@ -50,7 +49,12 @@ def attempt_line(attempt: int, operation: str, table: str, decision: Decision, k
         Action.SKIP: "skipping the task",
         Action.FAIL: "failing the task without retries",
     }.get(decision.action, decision.action.value)
-    return f"{what} lost a write conflict ({kind.value}); {next_step}: {why(decision)}"
+    winner = lost.winner_text()
+    if winner and decision.action is Action.RETRY:
+        # The winner is known: the policy's list of operations that could have won says nothing more.
+        return f"{what} lost a write conflict ({lost.kind.value}) to {winner}; {next_step}"
+    to = f" to {winner}" if winner else ""
+    return f"{what} lost a write conflict ({lost.kind.value}){to}; {next_step}: {why(decision)}"
 
 
 def fitted_to_engine(decision: Decision, engine: str) -> Decision:
@@ -72,15 +76,3 @@ def sentence(text: str) -> str:
     """``text`` ending in exactly one full stop (a reason that already ends in one keeps it)."""
     text = text.rstrip()
     return text if text.endswith((".", "!", "?")) else text + "."
-
-
-def committed_by(tag: Mapping[str, Any]) -> str:
-    """``try N`` from a settled outcome's tag (``committed_by``, or the reason's own words)."""
-    by = tag.get("committed_by")
-    if by:
-        return str(by)
-    reason = str(tag.get("exactly_once", ""))
-    prefix = "already committed by "
-    if reason.startswith(prefix):
-        return reason[len(prefix):].split(":", 1)[0]
-    return "an earlier attempt"

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import re
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -14,35 +11,16 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from ..core.declaration import WriteDeclaration
 from ..core.errors import InvalidDeclarationError
-from ..core.observed import ObservedFootprint
-from ..core.ranges import spec_json
 from ..core.sql import check_sql_write, job_text
 from ..core.sqlderive import check_derived_against, derive_write
-from ..core.tablefacts import TableFacts
-from ..engines.ledger import CommitLedger
-from ..engines.outcome import WriteOutcome
-from ..engines.spark import SparkConfig, SparkEngine
-from ..engines.spark.facts import ENGINES as FACT_FORMATS
-from ..engines.spark.facts import spark_table_facts
-from ..engines.spark.identifiers import quote_table, split_table
-from ..engines.spark.observed import observe_iceberg_snapshot
+from ..engines.spark import SparkConfig
+from ..engines.spark.ddl import table_columns
+from ..engines.spark.target import SparkJob, SparkTarget, spark_engine
 from ..hooks.spark import DEFAULT_CONN_ID, OccflowSparkHook
 from .base import OccflowWriteOperator
 from .derived import settle
 
 _TEMPLATE_MARK = ("{{", "{%")
-_engines: dict[str, SparkEngine] = {}
-_engines_lock = threading.Lock()
-
-
-def spark_engine(config: Mapping[str, Any]) -> SparkEngine:
-    """One engine (one session) per config per process: attempts and tasks reuse the session."""
-    key = json.dumps(config, sort_keys=True, default=str)
-    with _engines_lock:
-        if key not in _engines:
-            _engines[key] = SparkEngine(config)
-        return _engines[key]
-
 
 SqlText = str | list[str]
 
@@ -178,10 +156,7 @@ class SparkWriteOperator(OccflowWriteOperator):
         """The declaration the rendered SQL and the table's facts give: partitions derived with
         the table's real partition columns (or checked against the declared ones), and the
         profile the table's facts say (a declared one they contradict is refused)."""
-        engine = spark_engine(self.session_config())
-        facts: TableFacts | None = None
-        if engine.format.name in FACT_FORMATS:
-            facts = spark_table_facts(engine.session(), declaration.table_key)
+        facts = self._target(declaration).table_facts(declaration.table_key)
         derived = derive_write(self.sql or "", None if facts is None else facts.partition_columns)
         profile = declaration.profile
         if facts is not None and self.derives["profile"]:
@@ -193,7 +168,10 @@ class SparkWriteOperator(OccflowWriteOperator):
                 )
         elif facts is not None:
             facts.check_declared_profile(profile, derived.operation)
-        return settle(self, declaration, derived, profile, facts)
+        settled = settle(declaration, derived, profile, facts, derive_partitions=self.derives["partitions"])
+        self.profile = settled.declaration.profile.name  # the retry policy follows the table's matrix
+        self.log.info("declared from the SQL and the table: %s", "; ".join(settled.why))
+        return settled.declaration
 
     def _partition_columns(self, declaration: WriteDeclaration) -> list[str]:
         if self.partition_by is not None:
@@ -202,123 +180,29 @@ class SparkWriteOperator(OccflowWriteOperator):
 
     def create_table(self, declaration: WriteDeclaration) -> None:
         """``CREATE TABLE IF NOT EXISTS`` (and its namespace) in the session's table format."""
-        engine = spark_engine(self.session_config())
-        name = engine.format.qualify(self.table) if hasattr(engine.format, "qualify") else self.table
-        statements = create_table_sql(engine.format.name, name, self.schema or {},
-                                      self._partition_columns(declaration), self.task_id)
-        spark = engine.session()
-        for statement in statements:
-            spark.sql(statement)
-        self.log.info("ensured the table exists: %s", statements[-1])
-
-    def report(self, declaration: WriteDeclaration, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        out = super().report(declaration, *args, **kwargs)
-        # Derived partitions may hold ranges (``core.ranges.ValueRange``): JSON for XCom.
-        out["partitions"] = None if declaration.partitions is None else [spec_json(p) for p in declaration.partitions]
-        return out
+        statement = self._target(declaration).create(
+            self.schema or {}, self._partition_columns(declaration), self.task_id)
+        self.log.info("ensured the table exists: %s", statement)
 
     def session_config(self) -> dict[str, Any]:
         if self.spark_config is not None:
             return dict(self.spark_config)
         return OccflowSparkHook(self.occflow_spark_conn_id).session_config()
 
-    def commit_ledger(self, table: str, only_if: Mapping[str, str] | None = None) -> CommitLedger | None:
-        """The exactly-once ledger the engine's table format keeps (Iceberg snapshots, Delta
-        history); ``None`` for plain Parquet/Hive tables. Spark commits name no task, so
-        ``only_if`` does not apply."""
-        engine = spark_engine(self.session_config())
-        return engine.format.commit_ledger(engine.session(), table)
-
-    def prepare_engine(self, declaration: WriteDeclaration, context: Any) -> None:
-        spark_engine(self.session_config()).session()
-
-    def run_attempt(self, declaration: WriteDeclaration, context: Any, attempt: int) -> WriteOutcome:
-        engine = spark_engine(self.session_config())
-        self.engine_name = engine.engine_name
-        if self.sql is not None:
-            # Checked in declare(); again here, against the running session's catalog, so the
-            # text that runs is the text that was checked.
-            job: Any = checked_sql(self.sql, declaration, engine.config.sql_catalog, self.task_id)
-        else:
-            job = self.job
+    def _target(self, declaration: WriteDeclaration) -> SparkTarget:
         params = {**partition_params(declaration), **{k: str(v) for k, v in self.job_params.items()}}
-        # Each attempt plans again: the engine's catalog does not cache tables, so the job reads
-        # the table's current snapshot (the fresh snapshot in-task retries rely on).
-        # before_commit runs right before the SQL statement that writes (a callable: before it starts).
-        return engine.run(job, declaration.table, declaration.operation, params=params,
-                          before_commit=self.before_commit)
+        return SparkTarget(self.session_config(), declaration.table, params, self._job_for)
 
-    def observe_commit(self, outcome: WriteOutcome) -> ObservedFootprint | None:
-        """What the committed Iceberg snapshot really touched (its manifest entries); ``None``
-        for the other table formats and for a commit with no snapshot to read."""
-        engine = spark_engine(self.session_config())
-        if engine.format.name != "iceberg" or outcome.snapshot_id is None:
-            return None
-        return observe_iceberg_snapshot(engine.session(), engine.format.qualify(self.table), outcome.snapshot_id)
+    def _job_for(self, declaration: WriteDeclaration) -> SparkJob:
+        if self.sql is None:
+            job: SparkJob = self.job
+            return job
+        # Checked in declare(); again here, against the running session's catalog, so the
+        # text that runs is the text that was checked.
+        return checked_sql(self.sql, declaration, spark_engine(self.session_config()).config.sql_catalog, self.task_id)
 
-
-#: Spark SQL type names a created table's columns may have (``DECIMAL(p, s)`` and
-#: ``VARCHAR(n)`` / ``CHAR(n)`` with their numbers): the whole type must match, so no text a DAG
-#: passes as a "type" reaches the statement.
-_SPARK_TYPE = re.compile(
-    r"^(?:STRING|BIGINT|LONG|INT|INTEGER|SMALLINT|SHORT|TINYINT|BYTE|DOUBLE|FLOAT|REAL|BOOLEAN|"
-    r"DATE|TIMESTAMP|TIMESTAMP_NTZ|TIMESTAMP_LTZ|BINARY|"
-    r"DECIMAL(?:\(\s*\d{1,2}\s*(?:,\s*\d{1,2}\s*)?\))?|(?:VAR)?CHAR\(\s*\d{1,5}\s*\))$",
-    re.IGNORECASE,
-)
-_COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_USING = {"iceberg": "iceberg", "delta": "delta", "parquet": "parquet", "hive": "hive"}
-
-
-def table_columns(schema: Mapping[str, str] | None, partition_by: Sequence[str], where: str) -> list[tuple[str, str]]:
-    """``schema`` checked: each column a name, each type a Spark type name, each partition
-    column one of the columns; an error naming what is wrong otherwise."""
-    if not schema:
-        raise InvalidDeclarationError(f"{where}: create_if_missing needs schema={{column: Spark SQL type}}")
-    columns = []
-    for name, kind in schema.items():
-        if not isinstance(name, str) or not _COLUMN.match(name):
-            raise InvalidDeclarationError(
-                f"{where}: create_if_missing: invalid column name {name!r}: use letters, digits and "
-                "underscores, not starting with a digit"
-            )
-        if not isinstance(kind, str) or not _SPARK_TYPE.match(kind.strip()):
-            raise InvalidDeclarationError(
-                f"{where}: create_if_missing: column {name!r} has type {kind!r}; use a Spark SQL type name "
-                "(STRING, BIGINT, INT, DOUBLE, BOOLEAN, DATE, TIMESTAMP, DECIMAL(p,s), ...)"
-            )
-        columns.append((name, kind.strip().upper()))
-    missing = [c for c in partition_by if c not in schema]
-    if missing:
-        raise InvalidDeclarationError(
-            f"{where}: create_if_missing: partition column(s) {missing} are not in the schema ({', '.join(schema)})"
-        )
-    return columns
-
-
-def _quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
-def create_table_sql(
-    table_format: str, table: str, schema: Mapping[str, str], partition_by: Sequence[str], where: str
-) -> list[str]:
-    """The statements that create ``table`` when it is missing: its namespace, then the table,
-    every identifier backquoted and every type checked (``table_columns``)."""
-    columns = table_columns(schema, partition_by, where)
-    using = _USING.get(table_format)
-    if using is None:
-        raise InvalidDeclarationError(f"{where}: create_if_missing: cannot create a {table_format!r} table")
-    parts = split_table(table)
-    statements = []
-    if len(parts) > 1:
-        statements.append("CREATE NAMESPACE IF NOT EXISTS " + ".".join(_quoted(p) for p in parts[:-1]))
-    body = ", ".join(f"{_quoted(name)} {kind}" for name, kind in columns)
-    create = f"CREATE TABLE IF NOT EXISTS {quote_table(table)} ({body}) USING {using}"
-    if partition_by:
-        create += " PARTITIONED BY (" + ", ".join(_quoted(c) for c in partition_by) + ")"
-    statements.append(create)
-    return statements
+    def write_target(self, declaration: WriteDeclaration, context: Any) -> SparkTarget:
+        return self._target(declaration)
 
 
 def sql_operation(sql: SqlText | None, kwargs: Mapping[str, Any]) -> str:

@@ -24,11 +24,12 @@ from airflow.sdk import ResumableJobMixin
 
 from ..core.declaration import WriteDeclaration
 from ..core.errors import InvalidDeclarationError
-from ..engines.ledger import CommitLedger
 from ..engines.outcome import WriteOutcome
 from ..engines.spark import CallableJob, SubmitError, SubmittedJob, read_outcome
 from ..engines.spark import submit_job as submit_driver
-from ..engines.spark.submit_ledger import SubmitLedger, submit_tag
+from ..engines.spark.submit_ledger import submit_tag
+from ..engines.spark.submit_target import SparkSubmitTarget
+from ..engines.target import AttemptContext
 from ..hooks.spark import DEFAULT_CONN_ID, OccflowSparkHook, embedded_home
 from .base import OccflowWriteOperator
 from .spark import (
@@ -107,9 +108,13 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
 
     # ------------------------------------------------------------------ one attempt
 
-    def run_attempt(self, declaration: WriteDeclaration, context: Any, attempt: int) -> WriteOutcome:
-        self._attempt_state = {"declaration": declaration, "attempt": attempt, "path": None}
-        self.execute_resumable(context)  # submit, or reconnect to the driver a crashed try left
+    def write_target(self, declaration: WriteDeclaration, context: Any) -> SparkSubmitTarget:
+        return SparkSubmitTarget(self.session_config(), declaration.table, self._run_driver)
+
+    def _run_driver(self, declaration: WriteDeclaration, attempt: AttemptContext) -> WriteOutcome:
+        self._attempt_state = {"declaration": declaration, "attempt": attempt.number, "path": None,
+                               "before_commit": attempt.before_commit}
+        self.execute_resumable(attempt.user_context)  # submit, or reconnect to the driver a crashed try left
         path = self._attempt_state["path"]
         outcome = read_outcome(path) if path else None
         if outcome is None:
@@ -137,7 +142,7 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
         if ti is not None:  # the application's name on the cluster says which task try it is
             config["app_name"] = _safe(f"occflow.{ti.dag_id}.{ti.task_id}.{ti.map_index}.try{ti.try_number}")
         # A new driver only while the lease is live and the write is not in the table yet.
-        self.before_commit()
+        self._attempt_state["before_commit"]()
         submitted = submit_driver(
             job,
             declaration.table,
@@ -183,14 +188,6 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
         if self.spark_config is not None:
             return dict(self.spark_config)
         return OccflowSparkHook(self.occflow_spark_conn_id).session_config()
-
-    def commit_ledger(self, table: str, only_if: Mapping[str, str] | None = None) -> CommitLedger | None:
-        """The table's ledger read from this process; the driver carries the tag
-        (``SubmitLedger``). Commits name no task, so ``only_if`` does not apply."""
-        config = self.session_config()
-        if config.get("table_format", "iceberg") not in ("iceberg", "delta"):
-            return None  # plain Parquet/Hive tables keep no history to find a tag in
-        return SubmitLedger(config, table)
 
     def on_kill(self) -> None:
         # A durable driver outlives the task on purpose: the next try reconnects to it.

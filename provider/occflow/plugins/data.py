@@ -6,8 +6,10 @@ Three sources, all read-only:
   or waits for which footprint of which table, now;
 - the store's recorded history (``occflow_lease_events``, on when ``OCCFLOW_LEASE_HISTORY=1``):
   when each lease was asked for, granted and let go, so how long a write waited and held it;
-- the write reports the occflow operators return (XCom ``return_value``, ``OccflowWriteOperator
-  .report``): attempts, conflicts with their kind and winning commit, wasted seconds, the commit.
+- the write reports every occflow write pushes, committed, failed or skipped (XCom
+  ``occflow_report``, read back as ``core.report.WriteReport``; older runs: ``return_value``):
+  attempts, conflicts with their kind and winning commit, wasted seconds, the commit. A value
+  that claims to be a report and is not one is shown as malformed, never a 500.
 
 A report carries its lease's fencing token, and a grant event carries the same token for the
 same table: that pair ties a write to its lease. Rows of DAGs the user may not read are left
@@ -27,14 +29,14 @@ from airflow.models.xcom import XComModel
 from sqlalchemy import and_, or_, select
 
 from ..core.identifiers import canonical_table
+from ..core.report import MalformedReport, WriteReport
 from ..leases import LeaseStore, LeaseStoreError
 
-#: The keys every occflow write report has (``OccflowWriteOperator.report``): how an XCom value
-#: is told to be one, whatever operator subclass pushed it.
-REPORT_KEYS = frozenset({"table", "operation", "attempts", "conflicts", "decisions", "wasted_seconds"})
+#: The XCom keys a write report is under: every end's report, then a committed try's return value.
+REPORT_XCOM_KEYS = ("occflow_report", "return_value")
 #: occflow's write operators by class name (``TaskInstance.operator``): their task instances are
-#: shown even when they pushed no report (skipped, failed, waiting for admission).
-WRITE_OPERATORS = ("DeltaWriteOperator", "SparkWriteOperator", "SparkSubmitWriteOperator")
+#: shown even when they pushed no report (waiting for admission, killed).
+WRITE_OPERATORS = ("DeltaWriteOperator", "SparkWriteOperator", "SparkSubmitWriteOperator", "MaxComputeWriteOperator")
 MAX_LIMIT = 1000
 
 Readable = Callable[[str], bool]
@@ -209,54 +211,43 @@ def _span_view(span: Mapping[str, Any]) -> dict[str, Any]:
 # ----------------------------------------------------------------- Airflow: reports and tries
 
 
-def is_report(value: Any) -> bool:
-    return isinstance(value, Mapping) and set(value) >= REPORT_KEYS
-
-
-def _winner(conflict: Mapping[str, Any]) -> str | None:
-    """The winning commit in a few words: ``v3 OPTIMIZE`` / ``snapshot 123 append``."""
-    won = conflict.get("winning_commit")
-    if not isinstance(won, Mapping) or not won:
+def read_report(value: Any) -> WriteReport | str | None:
+    """The report in an XCom value; the reason it is malformed (text) when it claims to be a
+    report and is not one; ``None`` for any other value."""
+    if not WriteReport.looks_like(value):
         return None
-    version = won.get("version")
-    snapshot = won.get("snapshot_id")
-    what = won.get("operation") or won.get("kind") or ""
-    where = f"v{version}" if version is not None else (f"snapshot {snapshot}" if snapshot is not None else "")
-    text = " ".join(p for p in (where, str(what)) if p)
-    return text or json.dumps(dict(won), default=str)[:120]
+    try:
+        return WriteReport.from_dict(value)
+    except MalformedReport as exc:
+        return str(exc)
 
 
-def _attempts(report: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The lost attempts: each conflict with its kind, winner and seconds, and what the policy did."""
-    decided = {d.get("attempt"): d for d in report.get("decisions") or []}
-    rows = []
-    seen = set()
-    for c in report.get("conflicts") or []:
-        decision = decided.get(c.get("attempt"), {})
-        seen.add(c.get("attempt"))
-        rows.append(
-            {
-                "attempt": c.get("attempt"),
-                "kind": c.get("kind"),
-                "winner": _winner(c),
-                "winning_commit": c.get("winning_commit"),
-                "seconds": c.get("seconds"),
-                "action": decision.get("action"),
-                "reason": c.get("reason"),
-            }
-        )
-    for d in report.get("decisions") or []:  # lost attempts that were not conflicts
-        if d.get("attempt") not in seen:
-            rows.append({"attempt": d.get("attempt"), "kind": d.get("kind"), "winner": None,
-                         "winning_commit": None, "seconds": None, "action": d.get("action"),
-                         "reason": d.get("reason")})
-    for loss in report.get("lease_lost") or []:
-        rows.append({"attempt": loss.get("attempt"), "kind": "lease_lost", "winner": None, "winning_commit": None,
-                     "seconds": None, "action": "reschedule", "reason": loss.get("reason")})
-    return sorted(rows, key=lambda r: (r["attempt"] is None, r["attempt"] or 0))
+def _attempts(report: WriteReport) -> list[dict[str, Any]]:
+    """The lost attempts: each with its kind, winner (and the winner's task), seconds, and what
+    the policy did; then the attempts aborted because the lease lapsed."""
+    rows = [
+        {
+            "attempt": lost.attempt,
+            "kind": lost.kind.value,
+            "winner": lost.winner_text(),
+            "winner_task": None if lost.winner is None else lost.winner.task_id,
+            "winner_dag": None if lost.winner is None else lost.winner.dag_id,
+            "winner_run": None if lost.winner is None else lost.winner.run_id,
+            "winning_commit": None if lost.winner is None else lost.winner.to_dict(),
+            "seconds": lost.seconds,
+            "action": lost.action.value,
+            "reason": lost.reason or lost.decision_reason,
+        }
+        for lost in report.lost
+    ]
+    for loss in report.lease_lost:
+        rows.append({"attempt": loss.attempt, "kind": "lease_lost", "winner": None, "winner_task": None,
+                     "winner_dag": None, "winner_run": None, "winning_commit": None, "seconds": None,
+                     "action": "reschedule", "reason": loss.reason})
+    return sorted(rows, key=lambda r: r["attempt"])
 
 
-def _write_row(ti: Any, report: Mapping[str, Any] | None) -> dict[str, Any]:
+def _write_row(ti: Any, report: WriteReport | str | None) -> dict[str, Any]:
     state = getattr(ti.state, "value", ti.state)
     row: dict[str, Any] = {
         "kind": "write",
@@ -270,26 +261,30 @@ def _write_row(ti: Any, report: Mapping[str, Any] | None) -> dict[str, Any]:
         "started_at": None if ti.start_date is None else ti.start_date.isoformat(),
         "ended_at": None if ti.end_date is None else ti.end_date.isoformat(),
         "at": _epoch(ti.end_date or ti.start_date),
-        "report": report is not None,
+        "report": isinstance(report, WriteReport),
+        "malformed": report if isinstance(report, str) else None,
         "lease": None,
     }
-    if report is None:
-        row.update(table=None, operation=None, partitions=None, committed=None, version=None, snapshot_id=None,
-                   attempts=None, conflicts=[], wasted_seconds=None, fence=None, engine=None, rows=None)
+    if not isinstance(report, WriteReport):
+        row.update(table=None, operation=None, partitions=None, committed=None, status=None, version=None,
+                   snapshot_id=None, attempts=None, conflicts=[], wasted_seconds=None, fence=None, engine=None,
+                   rows=None, error=None)
         return row
     row.update(
-        table=report["table"],
-        operation=report["operation"],
-        partitions=report.get("partitions"),
-        committed=report.get("committed"),
-        version=report.get("version"),
-        snapshot_id=report.get("snapshot_id"),
-        attempts=report["attempts"],
+        table=report.table,
+        operation=report.operation,
+        partitions=None if report.partitions is None else [dict(p) for p in report.partitions],
+        committed=report.committed,
+        status=report.status.value,
+        version=report.version,
+        snapshot_id=report.snapshot_id,
+        attempts=report.attempts,
         conflicts=_attempts(report),
-        wasted_seconds=report["wasted_seconds"],
-        fence=report.get("fence"),
-        engine=report.get("engine"),
-        rows=report.get("rows"),
+        wasted_seconds=round(report.wasted_seconds, 3),
+        fence=report.fence,
+        engine=report.engine,
+        rows=report.rows,
+        error=report.error,
     )
     return row
 
@@ -306,7 +301,7 @@ def airflow_writes(session: Any, readable: Readable, filters: Filters, task: Map
                 XComModel.run_id == TI.run_id,
                 XComModel.task_id == TI.task_id,
                 XComModel.map_index == TI.map_index,
-                XComModel.key == "return_value",
+                XComModel.key.in_(REPORT_XCOM_KEYS),
             ),
         )
         .where(or_(XComModel.key.is_not(None), TI.operator.in_(WRITE_OPERATORS)))
@@ -320,19 +315,33 @@ def airflow_writes(session: Any, readable: Readable, filters: Filters, task: Map
     if task is not None:
         query = query.where(TI.dag_id == task["dag_id"], TI.run_id == task["run_id"], TI.task_id == task["task_id"],
                             TI.map_index == task["map_index"])
-    rows = []
+    found: dict[tuple[str, str, str, int], tuple[Any, WriteReport | str | None]] = {}
     for ti, stored in session.execute(query):
         if not readable(ti.dag_id):
             continue
-        value = None if stored is None else XComModel.deserialize_value(_Stored(stored))
-        report = value if is_report(value) else None
+        try:
+            value = None if stored is None else XComModel.deserialize_value(_Stored(stored))
+        except Exception as exc:  # noqa: BLE001 - one bad row must not break the view for everyone
+            value = {"format": "occflow.write_report/1", "unreadable": str(exc)[:200]}
+        report = read_report(value)
+        key = (ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
+        if key in found and (report is None or isinstance(found[key][1], WriteReport)):
+            continue  # the first report of a task instance wins (``occflow_report`` before ``return_value``)
+        found[key] = (ti, report)
+    rows = []
+    for ti, report in found.values():
         if report is None and ti.operator not in WRITE_OPERATORS:
             continue  # some other task's return value
-        if report is not None and not filters.wants_table(report["table"]):
+        if isinstance(report, WriteReport) and not filters.wants_table(report.table):
             continue
-        if report is None and filters.table_key is not None:
+        if not isinstance(report, WriteReport) and filters.table_key is not None:
             continue  # no report: the table is not known here
-        rows.append(_write_row(ti, report))
+        row = _write_row(ti, report)
+        for attempt in row["conflicts"]:
+            if attempt["winner_dag"] and not readable(attempt["winner_dag"]):
+                # The winner's task is in a DAG this reader may not read: its commit only.
+                attempt.update(winner_task=None, winner_dag=None, winner_run=None)
+        rows.append(row)
     return rows
 
 
@@ -401,6 +410,9 @@ def _totals(writes: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     return {
         "writes": len(writes),
         "committed": sum(1 for w in writes if w.get("committed")),
+        "failed": sum(1 for w in writes if w.get("status") == "failed"),
+        "skipped": sum(1 for w in writes if w.get("status") == "skipped"),
+        "malformed": sum(1 for w in writes if w.get("malformed")),
         "attempts": sum(int(w["attempts"] or 0) for w in writes),
         "conflicts": len(conflicts),
         "wasted_seconds": round(sum(float(w["wasted_seconds"] or 0.0) for w in writes), 3),

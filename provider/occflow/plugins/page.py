@@ -121,18 +121,18 @@ _TEMPLATE = _env.from_string(
 {% endfor %}
 
 <h2>Timeline</h2>
-<p class="totals" data-testid="totals"><span>{{ totals.writes }} writes</span><span>{{ totals.committed }} committed</span><span>{{ totals.attempts }} attempts</span><span>{{ totals.conflicts }} conflicts</span><span>{{ '%.1f' % totals.wasted_seconds }} s wasted</span></p>
+<p class="totals" data-testid="totals"><span>{{ totals.writes }} writes</span><span>{{ totals.committed }} committed</span><span data-testid="total-failed">{{ totals.failed }} failed</span><span data-testid="total-skipped">{{ totals.skipped }} skipped</span>{% if totals.malformed %}<span class="bad">{{ totals.malformed }} malformed reports</span>{% endif %}<span>{{ totals.attempts }} attempts</span><span>{{ totals.conflicts }} conflicts</span><span>{{ '%.1f' % totals.wasted_seconds }} s wasted</span></p>
 {% if not history %}<p class="muted" data-testid="no-history">No lease history recorded: set <code>OCCFLOW_LEASE_HISTORY=1</code> for the workers to see when each write waited for and held its lease.</p>{% endif %}
 {% if history_error %}<p class="bad">Lease history not readable: {{ history_error }}</p>{% endif %}
 <table data-testid="timeline">
 <tr><th>when</th><th>run</th><th>task / lease</th><th>table</th><th>operation</th><th>partitions</th><th>state</th><th class="num">attempts</th><th class="num">wasted s</th><th>lease</th><th>commit</th><th>time</th></tr>
 {% for e in entries %}
 {% if e.kind == 'write' %}
-<tr data-testid="write-row" data-task="{{ e.task_id }}" data-map-index="{{ e.map_index }}" data-table="{{ e.table or '' }}"{% if focus and e.task_id == focus.task_id and e.run_id == focus.run_id and e.map_index == focus.map_index %} class="focus" id="focus"{% endif %}>
+<tr data-testid="write-row" data-task="{{ e.task_id }}" data-map-index="{{ e.map_index }}" data-table="{{ e.table or '' }}" data-status="{{ e.status or '' }}"{% if focus and e.task_id == focus.task_id and e.run_id == focus.run_id and e.map_index == focus.map_index %} class="focus" id="focus"{% endif %}>
  <td class="nowrap" title="{{ e.at }}">{{ e.at | when }}</td><td class="muted">{{ e.dag_id }}<br>{{ e.run_id }}</td>
  <td>{% set u = ti_url(e) %}<a href="{{ u }}" target="_top">{{ e.task_id }}{% if e.map_index >= 0 %}[{{ e.map_index }}]{% endif %}</a>{% if e.try_number %} <span class="muted">try {{ e.try_number }}</span>{% endif %}</td>
  <td>{{ e.table or '' }}</td><td>{{ e.operation or '' }}</td><td>{{ e.partitions | partitions if e.report else '' }}</td>
- <td class="{{ 'ok' if e.committed else ('bad' if e.state in ('failed', 'upstream_failed') else 'wait') }}">{{ 'committed' if e.committed else e.state }}</td>
+ <td class="{{ 'ok' if e.committed else ('bad' if e.state in ('failed', 'upstream_failed') else 'wait') }}">{{ 'committed' if e.committed else (e.status or e.state) }}{% if e.malformed %} <span class="bad" data-testid="malformed">malformed report: {{ e.malformed[:120] }}</span>{% endif %}</td>
  <td class="num">{{ e.attempts if e.attempts is not none else '' }}</td>
  <td class="num">{{ '%.1f' % e.wasted_seconds if e.wasted_seconds is not none else '' }}</td>
  <td>{% if e.lease %}fence {{ e.lease.fence }}, waited {{ '%.1f' % e.lease.waited_seconds }} s{% if e.lease.held_seconds is not none %}, held {{ '%.1f' % e.lease.held_seconds }} s{% endif %}{% elif e.fence %}fence {{ e.fence }}{% else %}<span class="muted">no lease</span>{% endif %}</td>
@@ -141,7 +141,7 @@ _TEMPLATE = _env.from_string(
 </tr>
 {% for c in e.conflicts %}<tr class="attempt" data-testid="attempt-row" data-task="{{ e.task_id }}" data-kind="{{ c.kind }}">
  <td></td><td></td><td colspan="2">attempt {{ c.attempt }} lost: <span class="kind">{{ c.kind }}</span></td>
- <td colspan="3">{% if c.winner %}winner: <b>{{ c.winner }}</b>{% else %}<span class="muted">winner not known</span>{% endif %}</td>
+ <td colspan="3">{% if c.winner %}winner: <b data-testid="winner">{{ c.winner }}</b>{% if c.winner_task %} <a data-testid="winner-task" href="{{ ti_url({'dag_id': c.winner_dag or e.dag_id, 'run_id': c.winner_run or e.run_id, 'task_id': c.winner_task, 'map_index': -1}) }}" target="_top">{{ c.winner_task }}</a>{% endif %}{% else %}<span class="muted">winner not known</span>{% endif %}</td>
  <td class="num">&rarr; {{ c.action or '?' }}</td><td></td>
  <td colspan="3" class="muted">{% if c.seconds is not none %}engine call {{ '%.1f' % c.seconds }} s. {% endif %}{{ (c.reason or '')[:140] }}</td>
 </tr>{% endfor %}

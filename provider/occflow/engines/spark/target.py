@@ -1,0 +1,120 @@
+"""``SparkTarget``: a table on a Spark session as the write flow runs writes on it (``WriteTarget``).
+
+One engine (one session) per config per process, cached on the config's canonical form: every
+attempt and every task of the process reuses the session.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ...core.declaration import WriteDeclaration
+from ...core.observed import ObservedFootprint
+from ...core.tablefacts import TableFacts
+from ..ledger import CommitLedger
+from ..outcome import WriteOutcome
+from ..target import AttemptContext
+from .ddl import create_table_sql
+from .facts import ENGINES as FACT_FORMATS
+from .facts import spark_table_facts
+from .observed import observe_iceberg_snapshot
+from .session import SparkEngine
+
+
+@functools.cache
+def _engine(canonical_config: str) -> SparkEngine:
+    return SparkEngine(json.loads(canonical_config))
+
+
+def spark_engine(config: Mapping[str, Any]) -> SparkEngine:
+    """One engine (one session) per config per process: attempts and tasks reuse the session."""
+    return _engine(json.dumps(dict(config), sort_keys=True, default=str))
+
+
+#: A Spark job: SQL text (checked), a callable ``(spark, job_context)`` or an application file.
+SparkJob = str | Path | Callable[..., None]
+
+
+@dataclass
+class SparkTarget:
+    """The table ``table`` on the Spark session ``config`` builds."""
+
+    config: Mapping[str, Any]
+    table: str
+    params: Mapping[str, str] = field(default_factory=dict)
+    #: The job of one attempt, given the attempt's declaration (SQL checked against it again).
+    job_for: Callable[[WriteDeclaration], SparkJob] | None = field(default=None, repr=False)
+
+    @property
+    def engine(self) -> SparkEngine:
+        return spark_engine(self.config)
+
+    @property
+    def engine_name(self) -> str:
+        return self.engine.engine_name
+
+    @property
+    def table_format(self) -> str:
+        return str(self.engine.format.name)
+
+    @property
+    def sql_catalog(self) -> str | None:
+        return self.engine.config.sql_catalog
+
+    def prepare(self) -> None:
+        self.engine.session()
+
+    def run_attempt(self, declaration: WriteDeclaration, attempt: AttemptContext) -> WriteOutcome:
+        if self.job_for is None:
+            raise ValueError(f"no job to run on {self.table}")
+        job = self.job_for(declaration)
+        # Each attempt plans again: the engine's catalog does not cache tables, so the job reads
+        # the table's current snapshot (the fresh snapshot in-task retries rely on). before_commit
+        # runs right before the SQL statement that writes (a callable: before it starts).
+        return self.engine.run(job, declaration.table, declaration.operation, params=dict(self.params),
+                               before_commit=attempt.before_commit)
+
+    def commit_ledger(self, only_if: Mapping[str, str] | None = None) -> CommitLedger | None:
+        """The ledger the table format keeps (Iceberg snapshots, Delta history); ``None`` for
+        plain Parquet/Hive tables. Spark commits name no task, so ``only_if`` does not apply."""
+        engine = self.engine
+        return engine.format.commit_ledger(engine.session(), self.table)
+
+    def observe_commit(self, outcome: WriteOutcome) -> ObservedFootprint | None:
+        """What the committed Iceberg snapshot really touched (its manifest entries); ``None``
+        for the other table formats and for a commit with no snapshot to read."""
+        engine = self.engine
+        if engine.format.name != "iceberg" or outcome.snapshot_id is None:
+            return None
+        return observe_iceberg_snapshot(engine.session(), engine.format.qualify(self.table), outcome.snapshot_id)
+
+    def report_details(self, declaration: WriteDeclaration, outcome: WriteOutcome | None) -> Mapping[str, Any]:
+        return {}
+
+    def table_facts(self, table_key: str) -> TableFacts | None:
+        """The table's facts (partition columns, format, properties); ``None`` for formats
+        that keep none occflow reads (plain Parquet/Hive)."""
+        engine = self.engine
+        if engine.format.name not in FACT_FORMATS:
+            return None
+        return spark_table_facts(engine.session(), table_key)
+
+    def create(self, schema: Mapping[str, str], partition_by: Sequence[str], where: str) -> str:
+        """``CREATE TABLE IF NOT EXISTS`` (and its namespace) in the session's table format;
+        the statement that created the table."""
+        engine = self.engine
+        fmt = engine.format
+        name = fmt.qualify(self.table) if hasattr(fmt, "qualify") else self.table
+        statements = create_table_sql(fmt.name, name, schema, partition_by, where)
+        spark = engine.session()
+        for statement in statements:
+            spark.sql(statement)
+        return statements[-1]
+
+
+__all__ = ["SparkJob", "SparkTarget", "spark_engine"]

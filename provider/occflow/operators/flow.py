@@ -1,0 +1,414 @@
+"""``WriteFlow``: one write task's run, from its lease to its report (docs/architecture.md).
+
+The operator declares the write and is admitted (or defers); then one ``WriteFlow`` owns the
+run: the declaration, the policy, the lease, the engine's ``WriteTarget``, what the task
+instance spent so far (``WriteHistory``) and the log. ``run()`` is the loop
+
+    attempt -> classify -> decide -> act
+
+until an attempt commits or a decision ends the try. Every end pushes one typed
+``WriteReport`` (committed, failed, skipped or rescheduled) through ``publish`` before it
+returns or raises, so the view, the notifier and OpenLineage see failed and skipped writes too.
+
+The loop is a plain loop, not ``tenacity.Retrying``: what follows each attempt depends on the
+classified kind and on the stage the policy reached (retry, then reschedule, then fail), which
+tenacity's retry / stop / wait callbacks would each re-derive.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Any, NoReturn
+
+from airflow.sdk import timezone
+from airflow.sdk.exceptions import (
+    AirflowException,
+    AirflowFailException,
+    AirflowRescheduleException,
+    AirflowSkipException,
+    AirflowTaskTimeout,
+)
+
+from ..core.classify import classify
+from ..core.declaration import WriteDeclaration
+from ..core.errors import InvalidDeclarationError, conflict_error
+from ..core.kinds import Classification
+from ..core.observed import excess
+from ..core.policy import Action, Decision, WritePolicy
+from ..core.ranges import spec_json
+from ..core.report import LeaseLoss, LostAttempt, WriteReport, WriteStatus
+from ..engines.ledger import AlreadyCommitted, StaleOverwriteError
+from ..engines.maxcompute import ResidueError
+from ..engines.outcome import WriteOutcome
+from ..engines.target import AttemptContext, TaskRef, WriteTarget
+from ..leases import LeaseKeeper
+from .exactly_once import BeforeCommit, ExactlyOnce, LeaseLapsed, from_context
+from .history import WriteHistory, emit_metrics, store_history
+from .messages import attempt_line, engine_message, fitted_to_engine, sentence, why
+
+#: Aborts for a lease that was not live at the commit, per task instance, before the task fails
+#: (for Airflow's retries) instead of going back through admission once more.
+MAX_LEASE_LOSSES = 3
+
+
+class WriteLost(Exception):
+    """One attempt did not commit: carries the engine's outcome (or exception) and its class."""
+
+    def __init__(self, classification: Classification, outcome: WriteOutcome | None, error: BaseException | None):
+        self.engine_message = engine_message(outcome, error)
+        super().__init__(f"{classification.kind.value}: {self.engine_message}")
+        self.classification = classification
+        self.outcome = outcome
+        self.error = error
+
+
+class ConflictFailure(AirflowFailException):
+    """The policy said fail fast: retrying cannot help (or may write twice). Airflow will not retry.
+
+    ``report`` is the task's write report (``WriteReport.to_dict()``); ``conflict`` the typed
+    occflow conflict exception, so a notifier can explain the conflict without parsing text.
+    """
+
+    def __init__(self, message: str, report: dict[str, Any], conflict: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.report = report
+        self.conflict = conflict
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.report, self.conflict))
+
+
+class WriteNotCommitted(RuntimeError):
+    """The engine failed with an error that is not a conflict: Airflow's ordinary retries decide.
+
+    ``report`` is the task's write report (its ``error`` is the engine's message), for notifiers."""
+
+    def __init__(self, message: str, report: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.report = report or {}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.report))
+
+
+class LeaseLostFailure(AirflowException):
+    """The lease was not live at the commit ``MAX_LEASE_LOSSES`` times: Airflow's retries decide."""
+
+
+@dataclass(frozen=True)
+class FlowSettings:
+    """What the operator's parameters say about the run (beyond the declaration)."""
+
+    exactly_once: bool = True
+    stale_overwrite: str = "report"
+    reschedule_after_lease_loss: float = 2.0
+
+
+@dataclass
+class WriteFlow:
+    """One write's run: attempt -> classify -> decide -> act, and its report."""
+
+    declaration: WriteDeclaration
+    policy: WritePolicy
+    target: WriteTarget
+    context: Any
+    log: logging.Logger
+    history: WriteHistory
+    settings: FlowSettings = field(default_factory=FlowSettings)
+    keeper: LeaseKeeper | None = None
+    #: Where each end's report goes (XCom, the operator's OpenLineage facets).
+    publish: Callable[[WriteReport], None] = field(default=lambda report: None, repr=False)
+    task: TaskRef | None = None
+    try_number: int = 1
+
+    def __post_init__(self) -> None:
+        self._metrics_since = (len(self.history.lost), self.history.wasted_seconds)
+        self._guard = self._exactly_once()
+        self.before_commit = BeforeCommit(self.keeper, self._guard)
+
+    @property
+    def fence(self) -> int | None:
+        return None if self.keeper is None else int(self.keeper.fence)
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> WriteReport:
+        """The committed write's report; any other end raises what Airflow understands, after
+        its report was published."""
+        later_try = self.try_number > 1
+        while True:
+            try:
+                outcome = self._attempt(later_try)
+            except LeaseLapsed as lapsed:
+                self._abort_lease_lost(lapsed)  # raises
+            except WriteLost as lost:
+                elapsed = time.time() - self.history.first_started
+                decision = fitted_to_engine(
+                    self.policy.decide(lost.classification, self.history.attempts, elapsed), self.target.engine_name
+                )
+                self._record(lost, decision)
+                if decision.action is not Action.RETRY:
+                    self._act_on(decision, lost)  # raises
+            else:
+                return self._committed(outcome)
+            # Retry in the task, outside the handler: the next attempt's errors are its own.
+            time.sleep(decision.delay_seconds)
+
+    def _attempt(self, later_try: bool) -> WriteOutcome:
+        """One attempt from a fresh snapshot: the committed outcome, or ``WriteLost`` (classified)."""
+        history = self.history
+        history.attempts += 1
+        started = time.monotonic()
+        attempt = AttemptContext(
+            number=history.attempts, before_commit=self.before_commit, fence=self.fence, task=self.task,
+            tag=None if self._guard is None else self._guard.tag, user_context=self.context,
+        )
+        guard = self._guard
+        try:
+            if guard is None:
+                outcome = self.target.run_attempt(self.declaration, attempt)
+            else:
+                done = self._found_committed(guard) if later_try or attempt.number > 1 else None
+                outcome = done or guard.run(lambda: self.target.run_attempt(self.declaration, attempt),
+                                            verify_first=False)
+        except StaleOverwriteError as stale:
+            status = WriteStatus.SKIPPED if stale.action == "skip" else WriteStatus.FAILED
+            self._end(status, error=str(stale))
+            raise (AirflowSkipException if stale.action == "skip" else AirflowFailException)(str(stale)) from stale
+        except ResidueError as residue:
+            history.wasted_seconds += time.monotonic() - started
+            self._end(WriteStatus.FAILED, error=str(residue))
+            raise AirflowFailException(str(residue)) from residue
+        except (AirflowFailException, AirflowSkipException, AirflowTaskTimeout, InvalidDeclarationError):
+            raise
+        except LeaseLapsed:
+            history.wasted_seconds += time.monotonic() - started
+            raise
+        except AlreadyCommitted as done:  # the job's own Delta txn id is in the table already: done
+            by = {} if done.found is None else {"committed_by": done.found.by}
+            return WriteOutcome(engine=self.target.engine_name, table=self.declaration.table,
+                                operation=self.declaration.operation, committed=True, seconds=0.0,
+                                tag={"exactly_once": str(done), **by})
+        except Exception as exc:
+            # An engine that raises instead of returning an outcome: classified the same way.
+            history.wasted_seconds += time.monotonic() - started
+            raise WriteLost(classify(exc), None, exc) from exc
+        if outcome.committed:
+            return outcome
+        # The whole attempt is thrown away: preparing its input as much as the engine call.
+        history.wasted_seconds += time.monotonic() - started
+        found = outcome.classification or classify(outcome.error)
+        raise WriteLost(found, outcome, None)
+
+    @staticmethod
+    def _found_committed(guard: ExactlyOnce) -> WriteOutcome | None:
+        """A retry or a later try first looks for its write in the table (``ExactlyOnce.verify``)."""
+        found = guard.ledger.find_commit(guard.tag)
+        if found is None:
+            return None
+        outcome: WriteOutcome = found.outcome(guard.tag.operation, "already committed by an earlier attempt")
+        outcome.tag["committed_by"] = found.by  # the log says "already committed by try N"
+        return outcome
+
+    def _exactly_once(self) -> ExactlyOnce | None:
+        """The exactly-once guard of the write, or ``None`` (outside a task, an engine that
+        keeps no ledger, or ``exactly_once=False``). The lease's fence is stamped on the commit."""
+        if not self.settings.exactly_once:
+            return None
+        declaration = self.declaration
+        partitions = None if declaration.partitions is None else [dict(p) for p in declaration.partitions]
+        tag = from_context(self.context, declaration.operation, partitions, self.fence)
+        if tag is None:
+            return None
+        # The keys the delta-rs target writes into its commits pick out the operator's own commits.
+        own_commit = {"occflow.dag_id": tag.dag_id, "occflow.task_id": tag.task_id, "occflow.run_id": tag.run_id}
+        ledger = self.target.commit_ledger(only_if=own_commit)
+        if ledger is None:
+            return None
+        return ExactlyOnce(ledger, tag, self.settings.stale_overwrite)
+
+    # ------------------------------------------------------------------ what follows a lost attempt
+
+    def _record(self, lost: WriteLost, decision: Decision) -> None:
+        cls = lost.classification
+        entry = LostAttempt(
+            attempt=self.history.attempts,
+            kind=cls.kind,
+            action=decision.action,
+            delay_seconds=decision.delay_seconds,
+            reason=cls.reason,
+            decision_reason=decision.reason,
+            winner=cls.winning_commit,
+            seconds=None if lost.outcome is None else round(lost.outcome.seconds, 3),
+            error=lost.engine_message,
+        )
+        self.history.lost.append(entry)
+        self.log.warning("%s", attempt_line(entry, self.declaration.operation.value, self.declaration.table, decision))
+
+    def _act_on(self, decision: Decision, lost: WriteLost) -> NoReturn:
+        """Turn a decision that ends this try into what Airflow understands: reschedule, skip,
+        fail fast, or (not a conflict) the engine's own error for Airflow's ordinary retries."""
+        declaration, history = self.declaration, self.history
+        if decision.action is Action.RESCHEDULE:
+            self._end(WriteStatus.RESCHEDULED, lost.outcome, error=lost.engine_message, keep_history=True)
+            raise AirflowRescheduleException(timezone.utcnow() + timedelta(seconds=max(decision.delay_seconds, 1.0)))
+        if decision.action is Action.SKIP:
+            self._end(WriteStatus.SKIPPED, lost.outcome, error=lost.engine_message)
+            raise AirflowSkipException(decision.reason)
+        report = self._end(WriteStatus.FAILED, lost.outcome, error=lost.engine_message)
+        if decision.action is Action.FAIL:
+            kind = lost.classification.kind
+            winner = lost.classification.winning_commit
+            conflict = conflict_error(kind, str(lost), winner) if kind.is_conflict else None
+            raise ConflictFailure(
+                f"{declaration.operation.value} on {declaration.table} lost with {kind.value} and occflow "
+                f"will not retry it: {sentence(why(decision))} "
+                f"(attempts {history.attempts}, {history.wasted_seconds:.1f}s wasted; engine: {lost.engine_message})",
+                report.to_dict(),
+                conflict,
+            ) from lost
+        # DEFAULT: not a conflict. The engine's own error goes to Airflow's ordinary retries.
+        if lost.error is not None:
+            raise lost.error
+        raise WriteNotCommitted(
+            f"{declaration.operation.value} on {declaration.table} failed (not a conflict): {lost.engine_message}",
+            report.to_dict(),
+        )
+
+    def _abort_lease_lost(self, lapsed: LeaseLapsed) -> NoReturn:
+        """The lease was not live at the commit: nothing was committed. Not a conflict: the task
+        goes back through admission for a fresh lease (reschedule), or fails after
+        ``MAX_LEASE_LOSSES`` such aborts, for Airflow's retries."""
+        history, declaration = self.history, self.declaration
+        history.lease_losses.append(LeaseLoss(attempt=history.attempts, fence=lapsed.fence, reason=str(lapsed)))
+        message = (f"attempt {history.attempts} of {declaration.operation.value} on {declaration.table} "
+                   f"aborted before its commit: {lapsed}")
+        if len(history.lease_losses) >= MAX_LEASE_LOSSES:
+            self._end(WriteStatus.FAILED, error=message)
+            raise LeaseLostFailure(f"{message} ({len(history.lease_losses)} times; failing for Airflow's retries)") from lapsed
+        self._end(WriteStatus.RESCHEDULED, error=message, keep_history=True)
+        when = timezone.utcnow() + timedelta(seconds=max(float(self.settings.reschedule_after_lease_loss), 1.0))
+        self.log.warning("%s; rescheduling until %s to be admitted again", message, when.isoformat())
+        raise AirflowRescheduleException(when) from lapsed
+
+    # ------------------------------------------------------------------ the report
+
+    def report(self, status: WriteStatus, outcome: WriteOutcome | None = None, error: str | None = None) -> WriteReport:
+        declaration, history = self.declaration, self.history
+        tag = {} if outcome is None else dict(outcome.tag)
+        return WriteReport(
+            table=declaration.table,
+            operation=declaration.operation.value,
+            profile=declaration.profile.name,
+            engine=self.target.engine_name,
+            status=status,
+            partitions=None if declaration.partitions is None else tuple(spec_json(p) for p in declaration.partitions),
+            version=None if outcome is None else outcome.version,
+            snapshot_id=None if outcome is None else outcome.snapshot_id,
+            rows=None if outcome is None else outcome.rows,
+            seconds=None if outcome is None else round(outcome.seconds, 3),
+            attempts=history.attempts,
+            lost=tuple(history.lost),
+            wasted_seconds=history.wasted_seconds,
+            tag=tag,
+            error=error,
+            fence=self.fence,
+            lease_lost=tuple(history.lease_losses),
+            committed_by=tag.get("committed_by"),
+            engine_details=self.target.report_details(declaration, outcome),
+        )
+
+    def _end(
+        self, status: WriteStatus, outcome: WriteOutcome | None = None, error: str | None = None,
+        keep_history: bool = False,
+    ) -> WriteReport:
+        """The try ends without a commit: its report published, metrics sent, the history kept
+        for a reschedule or cleared."""
+        report = self.report(status, outcome, error)
+        store_history(self.context, self.history if keep_history else None)
+        emit_metrics(report, self._metrics_since)
+        self.publish(report)
+        return report
+
+    def _committed(self, outcome: WriteOutcome) -> WriteReport:
+        report = self._observed(self.report(WriteStatus.COMMITTED, outcome), outcome)
+        store_history(self.context, None)
+        emit_metrics(report, self._metrics_since)
+        self.publish(report)
+        d = self.declaration
+        if outcome.tag.get("exactly_once"):  # found in the table, not written again by this try
+            self.log.info(
+                "%s on %s was already committed by %s (%s): this try (%d) wrote nothing; %s",
+                d.operation.value, d.table, report.committed_by or "an earlier attempt", _commit_text(report),
+                self.try_number, outcome.tag["exactly_once"],
+            )
+        elif report.version is None and report.snapshot_id is None:
+            self.log.info("%s on %s committed nothing: there was nothing to change (%d attempt(s))",
+                          d.operation.value, d.table, report.attempts)
+        else:
+            self.log.info(
+                "committed %s on %s: %s after %d attempt(s), %d conflict(s), %.1fs wasted",
+                d.operation.value, d.table, _commit_text(report), report.attempts, len(report.conflicts),
+                report.wasted_seconds,
+            )
+        return report
+
+    def _observed(self, report: WriteReport, outcome: WriteOutcome) -> WriteReport:
+        """The report with what the commit really touched (read back from the engine) and what
+        of it the declaration did not cover; a write beyond its declaration is logged as a
+        warning: admission kept it apart only from what it declared."""
+        d = self.declaration
+        try:
+            observed = self.target.observe_commit(outcome)
+        except Exception as exc:  # noqa: BLE001 - the write is committed; only the check is lost
+            self.log.warning("could not read what the commit of %s on %s touched (%s): %s",
+                             d.operation.value, d.table, _commit_text(report), exc)
+            return report
+        if observed is None:
+            return report
+        found = excess(d, observed)
+        if found is not None:
+            self.log.warning("footprint exceeded: %s (commit %s). What to change: %s",
+                             found.describe(), observed.version_or_snapshot, found.advice)
+        return replace(report, observed_footprint=observed.to_dict(),
+                       footprint_exceeded=None if found is None else found.to_dict())
+
+
+def _commit_text(report: WriteReport) -> str:
+    """``version 3`` / ``snapshot 123``: what the engine names the commit by (never ``None``)."""
+    parts = []
+    if report.version is not None:
+        parts.append(f"version {report.version}")
+    if report.snapshot_id is not None:
+        parts.append(f"snapshot {report.snapshot_id}")
+    return " ".join(parts) or "no new version"
+
+
+def task_ref(context: Any) -> TaskRef | None:
+    """The task instance in an Airflow ``context`` as plain values; ``None`` outside a task."""
+    ti = context.get("ti") if isinstance(context, Mapping) or hasattr(context, "get") else None
+    if ti is None:
+        return None
+    map_index = getattr(ti, "map_index", None)
+    number = getattr(ti, "try_number", None)
+    return TaskRef(
+        dag_id=str(ti.dag_id), task_id=str(ti.task_id), run_id=str(ti.run_id),
+        map_index=int(map_index) if isinstance(map_index, int) else -1,
+        try_number=int(number) if isinstance(number, int) else 1,
+    )
+
+
+__all__ = [
+    "MAX_LEASE_LOSSES",
+    "ConflictFailure",
+    "FlowSettings",
+    "LeaseLostFailure",
+    "WriteFlow",
+    "WriteLost",
+    "WriteNotCommitted",
+    "task_ref",
+]
