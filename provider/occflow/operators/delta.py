@@ -11,6 +11,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from ..core.declaration import EngineProfileWarning, WriteDeclaration
 from ..core.errors import InvalidDeclarationError
+from ..core.identifiers import canonical_table
 from ..core.report import WriteReport
 from ..engines.deltars.target import DeltaJob, DeltaRsTarget, DeltaRsWrite, new_table_schema
 from ..hooks.spark import default_delta_location
@@ -145,9 +146,32 @@ class DeltaWriteOperator(OccflowWriteOperator):
                     raise
                 self.log.warning("%s (allow_unsafe_concurrency=True: running anyway)", exc)
             target.check_columns(declaration)
+            self._refuse_unsafe_partner(declaration)
         except InvalidDeclarationError as exc:
             raise AirflowFailException(f"{self.task_id}: {exc}; nothing was written") from exc
         return declaration
+
+    def _refuse_unsafe_partner(self, declaration: WriteDeclaration) -> None:
+        """``allow_unsafe_concurrency=True`` says nothing else writes the table meanwhile; a task
+        of this same DAG that can corrupt the data beside this one, with no dependency between
+        them, says otherwise: refused before anything is written."""
+        if self.admission or not self.allow_unsafe_concurrency or self.dag is None:
+            return
+        cells = declaration.corrupting_cells()
+        partners = {c.earlier for c in cells} | {c.later for c in cells}
+        related = {t.task_id for t in (*self.get_flat_relatives(upstream=True),
+                                        *self.get_flat_relatives(upstream=False))}
+        for task in self.dag.tasks:
+            if task is self or task.task_id in related or not isinstance(task, DeltaWriteOperator):
+                continue
+            same_table = task.path == self.path or canonical_table(task.table) == canonical_table(self.table)
+            if same_table and task.occflow_write.operation in partners:
+                raise InvalidDeclarationError(
+                    f"allow_unsafe_concurrency=True, yet task {task.task_id!r} of this DAG runs "
+                    f"{task.occflow_write.operation.value} on the same table with no dependency between them: "
+                    f"{declaration.operation.value} beside it corrupts the data on delta-rs; keep admission on, "
+                    f"or order the two tasks (>>)"
+                )
 
     def _delta_write(self) -> DeltaRsWrite:
         """The built-in operation's parameters, as rendered."""

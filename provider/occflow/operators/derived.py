@@ -19,7 +19,7 @@ def why_of(derived: DerivedWrite, facts: TableFacts | None) -> list[str]:
     """What the SQL and the table said, one reason each (the log line of ``settle``)."""
     where = "whole table" if derived.partitions is None else ", ".join(sorted(derived.partition_keys() or ()))
     found = [f"{derived.operation.value} on {derived.table} [{where}]", *derived.why]
-    return found + ([] if facts is None else list(facts.why(derived.operation)))
+    return found + ([] if facts is None else list(facts.why(derived.operation, zorder=derived.zorder)))
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from ..core.observed import excess
 from ..core.policy import Action, Decision, WritePolicy
 from ..core.ranges import spec_json
 from ..core.report import LeaseLoss, LostAttempt, WriteReport, WriteStatus
+from ..engines.deltars.table import DUPLICATE_COMPACTION
 from ..engines.ledger import AlreadyCommitted, StaleOverwriteError
 from ..engines.maxcompute import ResidueError
 from ..engines.outcome import WriteOutcome
@@ -340,6 +341,14 @@ class WriteFlow:
         emit_metrics(report, self._metrics_since)
         self.publish(report)
         d = self.declaration
+        race = outcome.tag.get(DUPLICATE_COMPACTION)
+        if race:
+            # Committed, and the table now holds rows twice: loud, never "committed, 0 conflicts".
+            raise AirflowFailException(
+                f"{d.operation.value} on {d.table} committed ({_commit_text(report)}) beside a concurrent "
+                f"compaction of the same files: {race}. Admission keeps two compactions of one table apart; "
+                "this DAG ran them without it (admission=False / allow_unsafe_concurrency=True)"
+            )
         if outcome.tag.get("exactly_once"):  # found in the table, not written again by this try
             self.log.info(
                 "%s on %s was already committed by %s (%s): this try (%d) wrote nothing; %s",

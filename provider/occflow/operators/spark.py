@@ -160,14 +160,14 @@ class SparkWriteOperator(OccflowWriteOperator):
         derived = derive_write(self.sql or "", None if facts is None else facts.partition_columns)
         profile = declaration.profile
         if facts is not None and self.derives["profile"]:
-            profile = facts.profile(derived.operation)
+            profile = facts.profile(derived.operation, zorder=derived.zorder)
             if profile.table_format != declaration.profile.table_format:
                 raise InvalidDeclarationError(
                     f"the task declares a {declaration.profile.table_format} table but {facts.table} is a "
                     f"{facts.table_format} table ({facts.engine})"
                 )
         elif facts is not None:
-            facts.check_declared_profile(profile, derived.operation)
+            facts.check_declared_profile(profile, derived.operation, zorder=derived.zorder)
         settled = settle(declaration, derived, profile, facts, derive_partitions=self.derives["partitions"])
         self.profile = settled.declaration.profile.name  # the retry policy follows the table's matrix
         self.log.info("declared from the SQL and the table: %s", "; ".join(settled.why))
