@@ -47,6 +47,12 @@ def test_import_contracts_hold() -> None:
         ("core/kinds.py", "import occflow.operators.base  # planted upward import\n", "Layers"),
         # one engine importing another
         ("engines/deltars/__init__.py", "import occflow.engines.spark  # planted\n", "independent"),
+        # the Airflow face using an engine's library itself instead of the engine's package
+        ("operators/delta.py", "import deltalake  # planted\n", "Airflow face reaches engines"),
+        # an engine knowing Airflow
+        ("engines/deltars/target.py", "import airflow  # planted\n", "know nothing of Airflow"),
+        # core importing pyodps
+        ("core/report.py", "import odps  # planted\n", "core is pure"),
         # a circle inside the Airflow face, hidden in a function as the old code did
         (
             "operators/base.py",
@@ -70,6 +76,9 @@ def test_import_contracts_catch_a_planted_violation(
     result = _lint_imports(tmp_path, tmp_path / "provider")
     assert result.returncode != 0, f"planted import in {module} went unnoticed:\n{result.stdout[-3000:]}"
     assert "BROKEN" in result.stdout or "broken" in result.stdout.lower()
+    if contract not in ("circles", "independent", "Layers"):
+        broken = result.stdout.split("Broken contracts")[-1]
+        assert contract in broken, f"{module}: expected the contract naming {contract!r} to break:\n{broken[:2000]}"
 
 
 def _sources() -> list[Path]:

@@ -37,7 +37,8 @@ from .classifiers.evidence import (
     frames_of,
     log_records,
 )
-from .classifiers.markers import COMPILED, LOG_LINES_COMPILED, MARKERS, PRECEDENCE, Evidence, LineRole, Marker
+from .classifiers.loglines import LOG_LINES_COMPILED, LineRole
+from .classifiers.markers import COMPILED, MARKERS, PRECEDENCE, Evidence, Marker
 from .kinds import Classification, ConflictKind, WinningCommit
 
 __all__ = ["classify", "Classification", "ConflictKind"]

@@ -256,7 +256,8 @@ class WriteFlow:
         declaration, history = self.declaration, self.history
         if decision.action is Action.RESCHEDULE:
             self._end(WriteStatus.RESCHEDULED, lost.outcome, error=lost.engine_message, keep_history=True)
-            raise AirflowRescheduleException(timezone.utcnow() + timedelta(seconds=max(decision.delay_seconds, 1.0)))
+            raise AirflowRescheduleException(  # type: ignore[no-untyped-call]  # Airflow's class is untyped
+                timezone.utcnow() + timedelta(seconds=max(decision.delay_seconds, 1.0)))
         if decision.action is Action.SKIP:
             self._end(WriteStatus.SKIPPED, lost.outcome, error=lost.engine_message)
             raise AirflowSkipException(decision.reason)
@@ -294,7 +295,7 @@ class WriteFlow:
         self._end(WriteStatus.RESCHEDULED, error=message, keep_history=True)
         when = timezone.utcnow() + timedelta(seconds=max(float(self.settings.reschedule_after_lease_loss), 1.0))
         self.log.warning("%s; rescheduling until %s to be admitted again", message, when.isoformat())
-        raise AirflowRescheduleException(when) from lapsed
+        raise AirflowRescheduleException(when) from lapsed  # type: ignore[no-untyped-call]  # Airflow's class is untyped
 
     # ------------------------------------------------------------------ the report
 

@@ -20,7 +20,7 @@ from typing import Any
 import structlog
 
 from ..core.classifiers.evidence import header_level
-from ..core.classifiers.markers import LOG_LINES_COMPILED, LineRole
+from ..core.classifiers.loglines import LOG_LINES_COMPILED, LineRole
 
 MAX_LINES = 400
 #: A longer event keeps its first line (the level and logger) and the tail (where a

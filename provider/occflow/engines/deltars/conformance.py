@@ -35,7 +35,7 @@ _ISOLATION = {
 
 
 def _rows_table(part: str, ids: Sequence[int], value: int) -> Any:
-    import pyarrow as pa  # type: ignore[import-untyped]  # optional heavy dependency
+    import pyarrow as pa  # optional heavy dependency
 
     return pa.table(
         {
@@ -168,7 +168,7 @@ class DeltaRsPairRunner:
 
 def _duplicated_ids(table: DeltaRsTable) -> list[int]:
     """Ids that appear more than once in the pair's partition: no job here writes an id twice."""
-    import pyarrow.compute as pc  # type: ignore[import-untyped]  # optional heavy dependency
+    import pyarrow.compute as pc  # optional heavy dependency
 
     data = table.load().to_pyarrow_table(columns=["id", "part"])
     ids = data.filter(pc.equal(data["part"], PAIR_PARTITION))["id"].to_pylist()

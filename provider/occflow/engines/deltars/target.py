@@ -24,7 +24,7 @@ from .commit import CommitOptions
 from .facts import deltars_table_facts
 from .ledger import DeltaRsLedger
 from .observed import observe_deltars_commit
-from .predicates import Where
+from .predicates import Where, column
 from .table import ENGINE, DeltaRsTable
 
 #: ``job(table, snapshot, partition, commit, context) -> WriteOutcome`` for writes the built-in
@@ -235,8 +235,6 @@ def new_table_schema(
     import pyarrow as pa  # optional heavy dependency (delta-rs's Arrow)
     from deltalake import Field, Schema  # optional heavy dependency
     from deltalake.schema import PrimitiveType  # optional heavy dependency
-
-    from .predicates import column
 
     if isinstance(schema, pa.Schema):
         arrow = schema

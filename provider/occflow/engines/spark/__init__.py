@@ -8,6 +8,7 @@ package costs nothing where Spark is not installed.
 
 from __future__ import annotations
 
+from ...core.sql import split_statements
 from .config import TABLE_FORMATS, SparkConfig, table_format_for
 from .delta_spark import DeltaFormat, DeltaSparkLedger, delta_spark_session_conf, delta_spark_write_options
 from .errors import classify_error, error_info
@@ -29,7 +30,7 @@ from .iceberg_conformance import (
     run_iceberg_conformance,
 )
 from .identifiers import quote_table, split_table, sql_string
-from .jobs import ApplicationJob, CallableJob, Job, JobContext, SqlJob, as_job, split_statements
+from .jobs import ApplicationJob, CallableJob, Job, JobContext, SqlJob, as_job
 from .session import SparkEngine
 from .settings import SparkConfigError
 from .submit import SubmitError, SubmittedJob, outcome_from_dict, read_outcome, submit_job

@@ -91,8 +91,8 @@ def _name(part: str) -> exp.Identifier:
 def _table(parts: Sequence[str]) -> exp.Table:
     """``catalog.db.table`` (any trailing part of it) as a quoted sqlglot table."""
     names = [_name(p) for p in parts]
-    fields = dict(zip(("catalog", "db", "this"), [None] * (3 - len(names)) + names, strict=True))
-    return exp.Table(**{k: v for k, v in fields.items() if v is not None})
+    keys = ("catalog", "db", "this")[3 - len(names):]
+    return exp.Table(**dict(zip(keys, names, strict=True)))
 
 
 __all__ = ["create_table_sql", "table_columns"]

@@ -22,6 +22,7 @@ from ..target import AttemptContext
 from .ddl import create_table_sql
 from .facts import ENGINES as FACT_FORMATS
 from .facts import spark_table_facts
+from .iceberg import IcebergFormat
 from .observed import observe_iceberg_snapshot
 from .session import SparkEngine
 
@@ -88,10 +89,10 @@ class SparkTarget:
     def observe_commit(self, outcome: WriteOutcome) -> ObservedFootprint | None:
         """What the committed Iceberg snapshot really touched (its manifest entries); ``None``
         for the other table formats and for a commit with no snapshot to read."""
-        engine = self.engine
-        if engine.format.name != "iceberg" or outcome.snapshot_id is None:
+        fmt = self.engine.format
+        if not isinstance(fmt, IcebergFormat) or outcome.snapshot_id is None:
             return None
-        return observe_iceberg_snapshot(engine.session(), engine.format.qualify(self.table), outcome.snapshot_id)
+        return observe_iceberg_snapshot(self.engine.session(), fmt.qualify(self.table), outcome.snapshot_id)
 
     def report_details(self, declaration: WriteDeclaration, outcome: WriteOutcome | None) -> Mapping[str, Any]:
         return {}
