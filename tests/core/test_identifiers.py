@@ -96,3 +96,46 @@ def test_an_integer_and_its_float_and_text_forms_agree(n: int) -> None:
 def test_canonical_table_is_idempotent(name: str) -> None:
     once = canonical_table(name, "lake")
     assert canonical_table(once, "lake") == once
+
+
+_DAYS = st.dates(min_value=dt.date(1000, 1, 1), max_value=dt.date(9999, 12, 31))
+
+
+@given(_DAYS)
+def test_every_spelling_of_a_day_is_one_partition(day: dt.date) -> None:
+    y, m, d = day.year, day.month, day.day
+    spellings: list[object] = [
+        day, dt.datetime(y, m, d), dt.datetime(y, m, d, tzinfo=dt.timezone.utc), f"{y}-{m}-{d}",
+        f"{y}-{m:02d}-{d}", f"{y}-{m}-{d:02d}", day.isoformat(), f"{day.isoformat()}T00:00:00+00:00",
+        f"{day.isoformat()} 00:00:00", f"{y}-{m}-{d}T00:00Z", f" {day.isoformat()} ",
+    ]
+    assert {partition_key({"ds": s}) for s in spellings} == {f"ds={day.isoformat()}"}
+
+
+@given(_DAYS, _DAYS)
+def test_different_days_stay_different_partitions(a: dt.date, b: dt.date) -> None:
+    assert (partition_key({"ds": f"{a.year}-{a.month}-{a.day}"}) == partition_key({"ds": b})) == (a == b)
+
+
+@pytest.mark.parametrize("text", ["1", "2024", "01", "20240101", "2024-01", "24-1-1", "2024-001-01", "v2024-01-01"])
+def test_text_that_is_not_day_shaped_stays_as_written(text: str) -> None:
+    assert canonical_value("ds", text) == (text if text not in ("1", "2024", "20240101") else str(int(text)))
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        (dt.datetime(2024, 1, 1, 5), "has a time of day"),
+        ("2024-01-01T05:00:00", "has a time of day"),
+        ("2024-1-1 00:00:01", "has a time of day"),
+        ("2024-02-30", "no day of the calendar"),
+        ("2024-13-01", "no day of the calendar"),
+        pytest.param(10**5000, "digits", id="int-5000-digits"),
+        pytest.param("9" * 5000, "at most 512", id="text-5000-digits"),
+        pytest.param(decimal.Decimal("1e100000"), "digits", id="decimal-1e100000"),
+    ],
+)
+def test_times_of_day_impossible_days_and_huge_numbers_are_refused_by_column(value: object, why: str) -> None:
+    with pytest.raises(InvalidFootprintError, match=why) as caught:
+        partition_key({"ds": value})
+    assert "'ds'" in str(caught.value) and len(str(caught.value)) < 1000

@@ -167,3 +167,15 @@ def test_existing_keys_keep_their_meaning() -> None:
     assert footprints_overlap(frozenset({"ds=1"}), frozenset({"country=NL"}))
     assert footprints_overlap(None, frozenset({"ds=1"}))
     assert parse_partition_key("ds=2024-01-01/country=NL") == {"ds": "2024-01-01", "country": "NL"}
+
+
+def test_days_compare_as_days_whatever_their_spelling() -> None:
+    assert compare("2024-01-09", "2024-01-10") == -1
+    assert compare("2024-1-9", "2024-1-10") == -1  # text order would say 1
+    january = ValueRange("2024-1-1", True, "2024-2-1", False)
+    assert (january.lower, january.upper) == ("2024-01-01", "2024-02-01")
+    assert january.contains("2024-1-15") and january.contains("2024-01-31") and not january.contains("2024-2-1")
+    assert parse_partition_key("ds>=2024-1-1/ds<2024-1-10") == {"ds": ValueRange("2024-01-01", True, "2024-01-10", False)}
+    assert parse_partition_key("ds=2024-1-9") == {"ds": "2024-01-09"}
+    assert footprints_overlap(frozenset({"ds>=2024-1-1/ds<2024-1-10"}), frozenset({"ds=2024-1-9"}))
+    assert not footprints_overlap(frozenset({"ds>=2024-1-1/ds<2024-1-10"}), frozenset({"ds=2024-1-10"}))

@@ -137,3 +137,14 @@ def test_lint_reads_mapped_tasks_one_declaration_per_mapped_instance(airflow_hom
     # the backfill's four days overwrite disjoint partitions: no collision among them
     assert not any("backfill_day[" in a and "backfill_day[" in b and a != b for a, b in pairs)
     assert ("occflow_iceberg_backfill.backfill_day[0]", "occflow_iceberg_backfill.backfill_day[0]") not in pairs
+
+
+@pytest.mark.parametrize("where", ["missing.db", "no/such/dir/leases.db"])
+def test_leases_against_a_missing_store_file_says_so_and_creates_nothing(tmp_path, capsys, where):
+    path = tmp_path / where
+    for verb in (["list"], ["reclaim"], ["release", "abc"]):
+        assert main(["leases", "--store", f"sqlite:///{path}", *verb]) == 2
+        err = capsys.readouterr().err
+        assert str(path.parent if "/" in where else path) in err
+        assert "does not exist" in err
+    assert not path.exists() and not (tmp_path / "no").exists()

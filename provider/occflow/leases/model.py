@@ -239,6 +239,10 @@ class LeaseRequest:
         """Validate table, profile, operation and footprint; errors say what would be right.
         The table is kept as its canonical identity (``core.identifiers.canonical_table``)."""
         table = canonical_table(table)
+        # Named before the profile reads them, so a hostile name gets a short error naming it.
+        for what, value, kind in (("profile", profile, Profile), ("operation", operation, Operation)):
+            if not isinstance(value, (str, kind)) or (isinstance(value, str) and not 0 < len(value) <= 64):
+                raise InvalidDeclarationError(f"{what} must be a name of 1..64 characters, got {shown(value)}")
         prof = get_profile(profile)
         op = prof.operation(operation)
         if whole_table and partitions is not None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..core.footprint import parse_partition_key
 from ..core.operations import Operation
+from ..core.ranges import ValueRange
 from . import schema
 from .model import (
     WHOLE_TABLE,
@@ -29,8 +30,10 @@ def load_keys(text: str | None) -> frozenset[str] | None:
 
 
 def columns_of(key: str) -> str:
-    """A key's column signature (``"country,ds"``): the key rows are looked up by it."""
-    return ",".join(sorted(parse_partition_key(key)))
+    """A key's column signature (``"country,ds"``): the key rows are looked up by it. A column
+    the key bounds by a range is marked (``"ds~"``): such a key overlaps keys other than itself
+    over the same columns, so it must never be mistaken for a plain value's signature."""
+    return ",".join(sorted(c + ("~" if isinstance(v, ValueRange) else "") for c, v in parse_partition_key(key).items()))
 
 
 def holder_values(holder: Holder) -> dict[str, Any]:

@@ -113,13 +113,15 @@ class TableTransaction:
             return self.conn.execute(sa.select(L).where(L.c.table_name == self.table)).all()
         on_table = K.c.table_name == self.table
         sigs = sorted({columns_of(k) for k in request.partitions})
-        if len(sigs) > 1:
+        if len(sigs) > 1 or "~" in sigs[0]:
             # A key over one of the request's column sets may overlap a request key over
-            # another (ds=1 and country=NL/ds=1): every key of the table can overlap.
+            # another (ds=1 and country=NL/ds=1), and a range overlaps keys other than itself
+            # over its own columns: every key of the table can overlap.
             lookups = [sa.select(K.c.lease_id).where(on_table)]
         else:
-            # One column set: a key over it overlaps only if it is one of the request's keys;
-            # whole-table leases ("*") and keys over other column sets may overlap too.
+            # One column set of plain values: a key over it overlaps only if it is one of the
+            # request's keys; whole-table leases ("*") and keys over other column sets (ranges
+            # over these columns among them: "ds~") may overlap too.
             lookups = [
                 sa.select(K.c.lease_id).where(on_table, K.c.partition_key.in_(sorted(request.partitions))),
                 sa.select(K.c.lease_id).where(on_table, K.c.columns < sigs[0]),
