@@ -11,7 +11,7 @@ import sys
 from ..lint.baseline import read_baseline, write_baseline
 from ..lint.config import load_config
 from ..lint.dagscan import ScannedFolder, scan_dag_folder
-from ..lint.report import lint
+from ..lint.report import SEVERITIES, lint
 from . import SUBCOMMANDS
 
 
@@ -30,6 +30,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "with [tool.occflow.lint] at or above DAG_FOLDER)")
     p.add_argument("--show-all", action="store_true",
                    help="text output: also list suppressed findings and those in the baseline")
+    p.add_argument("--min-severity", choices=SEVERITIES, default=None,
+                   help="list findings at least this severe (default: warning for text, info for JSON); "
+                        "info adds the pairs admission serializes. The exit code is the same")
     p.add_argument("--exit-zero", action="store_true",
                    help="exit 0 even when new conflicts are found (new pairs that corrupt data still exit 1)")
     p.set_defaults(func=_lint)
@@ -61,9 +64,9 @@ def _lint(args: argparse.Namespace) -> int:
         print(report.summary_line())
         return 0
     if args.format == "json":
-        print(json.dumps(report.to_dict(args.exit_zero), indent=2))
+        print(json.dumps(report.to_dict(args.exit_zero, args.min_severity or "info"), indent=2))
     else:
-        print("\n".join(report.text(args.show_all)))
+        print("\n".join(report.text(args.show_all, args.min_severity or "warning")))
     for unused in report.unused_suppressions:
         if args.format == "json":
             print(f"occflow lint: unused suppression: {unused}", file=sys.stderr)

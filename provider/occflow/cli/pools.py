@@ -39,7 +39,8 @@ def _show(pools: list[PlannedPool], fmt: str) -> None:
     for p in pools:
         print(f"pool {p.name}: {p.slots} slot(s) — {p.description}")
         for task, slots in p.task_slots:
-            role = "runs alone" if slots == p.slots and p.slots > 1 else ("shares" if slots == 1 else "")
+            # In a one-slot pool every task (and every instance of a mapped one) runs alone.
+            role = "one at a time" if p.slots == 1 else "runs alone" if slots == p.slots else "shares"
             print(f"    {task}: pool={p.name!r}, pool_slots={slots}" + (f"  ({role})" if role else ""))
         for first, second in p.corrupting:
             pair = first if first == second else f"{first} and {second}"

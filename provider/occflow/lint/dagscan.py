@@ -112,6 +112,9 @@ def scan_dag_folder(folder: str | Path) -> ScannedFolder:
                         lease_store=declared.lease_store,
                         source=getattr(dag, "fileloc", None),
                         map_index=declared.map_index,
+                        mapped_unknown=declared.mapped_unknown,
+                        max_active_tis_per_dag=_limit(task, "max_active_tis_per_dag"),
+                        max_active_tis_per_dagrun=_limit(task, "max_active_tis_per_dagrun"),
                     )
                 )
     return ScannedFolder(tuple(tasks), tuple(sorted(bag.dags)), dict(bag.import_errors))
@@ -139,6 +142,14 @@ def _dag_bag(folder: Path) -> Any:
             quiet.setLevel(level)
 
 
+def _limit(task: Any, name: str) -> int | None:
+    """One of the task's concurrency limits (a mapped task keeps it in ``partial_kwargs``)."""
+    value = getattr(task, name, None)
+    if value is None:
+        value = (getattr(task, "partial_kwargs", None) or {}).get(name)
+    return value if isinstance(value, int) else None
+
+
 def _engine(task: Any) -> str | None:
     """The engine that commits the task's write, as occflow's operators name it.
 
@@ -150,6 +161,7 @@ def _engine(task: Any) -> str | None:
     return name if isinstance(name, str) else None
 
 
+_UNKNOWN = "_mapped_over_upstream"  # marks the one instance standing for an unknown expansion
 _DECLARATION_ARGS = ("table", "operation", "profile", "table_format", "partitions", "reads_whole_table")
 _ADMISSION_ARGS = ("admission", "lease_store_url")
 
@@ -161,6 +173,9 @@ class _Declared:
     admission: bool
     lease_store: str | None
     map_index: int | None = None
+    # One record for every instance of a run: mapped over an upstream result (footprints not
+    # known yet) or over arguments that leave the footprint alone.
+    mapped_unknown: bool = False
 
 
 def _declared_writes(dag_id: str, task: Any) -> list[_Declared]:
@@ -206,7 +221,7 @@ def _declared_writes(dag_id: str, task: Any) -> list[_Declared]:
         store = args.get("lease_store_url")
         out.append(_Declared(f"{task.task_id}[{index}]" if mapped else task.task_id, write,
                              args["admission"] is True, store if isinstance(store, str) else None,
-                             index if mapped else None))
+                             index if mapped else None, mapped_unknown=bool(extra.get(_UNKNOWN))))
     return out
 
 
@@ -218,11 +233,12 @@ def _mapped_instances(expanded: Any) -> list[dict[str, Any]]:
     if mapped and all(isinstance(v, list) for v in mapped.values()):
         return [dict(zip(mapped, values, strict=False)) for values in zip(*mapped.values(), strict=False)]
     if mapped:  # mapped over an upstream result: unknown footprint, assume the whole table
-        unknown: dict[str, Any] = {"partitions": None}
+        unknown: dict[str, Any] = {"partitions": None, _UNKNOWN: True}
         if "admission" in mapped:
             unknown["admission"] = False  # unknown at parse time: not counted as protection
         return [unknown]
-    return [{}]
+    # Mapped over other arguments (the data, the job): every instance writes the same footprint.
+    return [{_UNKNOWN: True}] if expanded else [{}]
 
 
 def describe_tasks(tasks: Sequence[DeclaredTask]) -> list[str]:

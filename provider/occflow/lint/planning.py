@@ -48,6 +48,12 @@ class DeclaredTask:
     lease_store: str | None = None
     source: str | None = None  # the DAG file
     map_index: int | None = None  # a mapped task's instance (``task_id`` then ends in ``[i]``)
+    # A mapped task whose one record stands for every instance of a run: mapped over an upstream
+    # result (its footprints unknown until the run) or over arguments that leave the footprint.
+    mapped_unknown: bool = False
+    # The task's own concurrency limits (Airflow's ``max_active_tis_per_dag`` / ``..._dagrun``).
+    max_active_tis_per_dag: int | None = None
+    max_active_tis_per_dagrun: int | None = None
 
     @property
     def ident(self) -> str:
@@ -82,6 +88,16 @@ class DeclaredTask:
             return None
         return (f"{self.ident} runs on {self.engine}: its profile {self.write.profile.name!r} does not "
                 f"describe that engine, so the {engine.name!r} matrix is applied as well")
+
+    @property
+    def runs_overlap(self) -> bool:
+        """Whether two runs of the DAG can each run this task at once."""
+        return self.max_active_runs > 1 and self.max_active_tis_per_dag != 1
+
+    @property
+    def instances_side_by_side(self) -> bool:
+        """Whether instances of this mapped task run side by side within one run."""
+        return self.max_active_tis_per_dagrun != 1 and self.max_active_tis_per_dag != 1
 
     @property
     def templated(self) -> bool:
@@ -207,17 +223,34 @@ def _firings_close(a: Sequence[float], b: Sequence[float], window: float) -> flo
     return None
 
 
+def _runs_reason(a: DeclaredTask, what: str, same_task: bool) -> str:
+    """Why two runs of one DAG meet: say it is ``max_active_runs``, and what keeps them apart."""
+    fix = "max_active_runs=1 or max_active_tis_per_dag=1" if same_task else "max_active_runs=1"
+    return f"{what}, because max_active_runs={a.max_active_runs} lets runs overlap ({fix} would keep them apart)"
+
+
 def why_together(a: DeclaredTask, b: DeclaredTask, window: float) -> str | None:
-    """Why ``a`` and ``b`` can run at the same time, or None if they cannot."""
+    """Why ``a`` and ``b`` can run at the same time, or None if they cannot.
+
+    Within one DAG, Airflow's dependency graph decides (mapped tasks, task groups, setup and
+    teardown tasks are read through it: ``upstream`` holds the task ids as the DAG names them);
+    instances of one mapped task run side by side within a run unless the task allows one at a
+    time; and two runs of the DAG meet only when ``max_active_runs`` > 1, which the reason says.
+    """
     if a.dag_id == b.dag_id:
-        if a.task_id == b.task_id:
-            if a.max_active_runs > 1 and not a.templated:
-                return f"two runs of the DAG at once (max_active_runs={a.max_active_runs})"
+        if a.base_task_id == b.base_task_id:
+            if (a.task_id != b.task_id or a.mapped_unknown) and a.instances_side_by_side:
+                which = "instances of the mapped task" if a.mapped_unknown else "two instances of the mapped task"
+                return f"{which} run side by side in one run (max_active_tis_per_dagrun is not 1)"
+            if a.runs_overlap and not a.templated:
+                return _runs_reason(a, "two runs of the DAG at once, each running the task", same_task=True)
             return None
-        if a.task_id not in b.upstream and b.task_id not in a.upstream:
+        if a.base_task_id not in b.upstream and b.base_task_id not in a.upstream:
             return "same DAG, no dependency path between them"
         if a.max_active_runs > 1 and not (a.templated or b.templated):
-            return f"dependent, but runs overlap (max_active_runs={a.max_active_runs})"
+            first, second = (a, b) if a.base_task_id in b.upstream else (b, a)
+            return _runs_reason(a, f"two runs of the DAG at once ({first.base_task_id} is upstream of "
+                                   f"{second.base_task_id} within a run, not across runs)", same_task=False)
         return None
     if a.firings is None or b.firings is None:
         loose = a if a.firings is None else b

@@ -18,7 +18,7 @@ import functools
 import io
 import re
 import tokenize
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import OccflowError
@@ -48,6 +48,10 @@ class SourceFile:
     spans: dict[str, tuple[int, int]]  # task id -> (first, last) line of its definition
     pragmas: dict[int, Pragma]
     comment_only: frozenset[int]  # lines that hold nothing but a comment
+    dags: dict[str, int] = field(default_factory=dict)  # dag id -> line of the DAG(...) / @dag
+
+    def line_of_dag(self, dag_id: str) -> int | None:
+        return self.dags.get(dag_id)
 
     def line_of(self, task_id: str) -> int | None:
         span = self._span(task_id)
@@ -107,7 +111,8 @@ def _parsed(path: str, text: str) -> SourceFile:
         parsed = parse_pragma(token.string, f"{path}:{line}")
         if parsed is not None:
             pragmas[line] = Pragma(line, *parsed)
-    return SourceFile(path, _task_spans(ast.parse(text, filename=path)), pragmas, frozenset(comment_only))
+    tree = ast.parse(text, filename=path)
+    return SourceFile(path, _task_spans(tree), pragmas, frozenset(comment_only), _dag_lines(tree))
 
 
 def _task_spans(tree: ast.AST) -> dict[str, tuple[int, int]]:
@@ -131,13 +136,38 @@ def _task_spans(tree: ast.AST) -> dict[str, tuple[int, int]]:
     return {**by_position, **by_function, **by_keyword}
 
 
+def _dag_lines(tree: ast.AST) -> dict[str, int]:
+    """Dag id -> line of the call that creates the DAG (``DAG("x", ...)``, ``DAG(dag_id="x")``)
+    or of the ``@dag`` function ``x`` (its name is the default dag id)."""
+    found: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for d in node.decorator_list:
+                called = d.func if isinstance(d, ast.Call) else d
+                if _name(called) == "dag":
+                    found.setdefault(node.name, min(x.lineno for x in node.decorator_list))
+        if isinstance(node, ast.Call) and _name(node.func) in ("DAG", "dag"):
+            given = [kw.value for kw in node.keywords if kw.arg == "dag_id"] or node.args[:1]
+            if given and isinstance(given[0], ast.Constant) and isinstance(given[0].value, str):
+                found.setdefault(given[0].value, node.lineno)
+    return found
+
+
+def _name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    return node.attr if isinstance(node, ast.Attribute) else None
+
+
 def is_dag_source(path: str | None) -> bool:
     """A plain Python DAG file (a DAG in a .zip has no source lines to point at)."""
     return bool(path) and str(path).endswith(".py") and Path(str(path)).is_file()
 
 
-def location(path: str | None, task_id: str) -> tuple[str, int | None] | None:
-    """The file and line where a task is defined (the line is None if it cannot be found)."""
+def location(path: str | None, task_id: str, dag_id: str | None = None) -> tuple[str, int] | None:
+    """The file and line where a task is defined; where it cannot be found (a task id built at
+    run of the file, an f-string in a loop), the line of its DAG, else the file's first line."""
     if path is None or not is_dag_source(path):
         return None
-    return path, read_source(path).line_of(task_id)
+    source = read_source(path)
+    return path, source.line_of(task_id) or (source.line_of_dag(dag_id) if dag_id else None) or 1

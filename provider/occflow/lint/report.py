@@ -20,6 +20,13 @@ from .planning import Collision, DeclaredTask, FindingKind, collisions
 from .pragmas import is_dag_source, location, read_source
 
 MAX_FOOTPRINTS_SHOWN = 3
+#: ``--min-severity`` values, most severe first: a finding is listed when its severity is at
+#: least the one asked for (``info`` lists the pairs admission serializes too).
+SEVERITIES = ("error", "warning", "info")
+
+
+def shown(f: Finding, min_severity: str) -> bool:
+    return SEVERITIES.index(f.kind.severity) <= SEVERITIES.index(min_severity)
 
 
 @dataclass(frozen=True)
@@ -63,9 +70,10 @@ class LintReport:
             "exit_code": self.exit_code(exit_zero),
         }
 
-    def to_dict(self, exit_zero: bool = False) -> dict[str, object]:
-        return {"findings": [f.to_dict() for f in self.findings], "summary": self.summary(exit_zero),
-                "collisions": [c.to_dict() for c in self.collisions]}
+    def to_dict(self, exit_zero: bool = False, min_severity: str = "info") -> dict[str, object]:
+        """Every finding at least as severe as ``min_severity`` (the summary counts them all)."""
+        return {"findings": [{**f.to_dict(), "location": where(f)} for f in self.findings if shown(f, min_severity)],
+                "summary": self.summary(exit_zero), "collisions": [c.to_dict() for c in self.collisions]}
 
     def summary_line(self) -> str:
         by_kind = ", ".join(f"{self.count(k)} {k.value}" for k in FindingKind)
@@ -74,10 +82,12 @@ class LintReport:
                 f"{sum(f.in_baseline for f in self.findings)} in baseline; "
                 f"{len(self.scanned.tasks)} declared write(s) in {len(self.scanned.dag_ids)} DAG(s)")
 
-    def text(self, show_all: bool = False) -> list[str]:
+    def text(self, show_all: bool = False, min_severity: str = "warning") -> list[str]:
+        """New findings (with ``show_all``, suppressed ones and those in the baseline too), at
+        least as severe as ``min_severity``: ``serialized`` pairs (info) only when asked."""
         lines: list[str] = []
         for f in self.findings:
-            if f.new or f.protected or show_all:
+            if (f.new or f.protected or show_all) and shown(f, min_severity):
                 lines.extend(_finding_text(f))
         if self.baseline:
             stale = self.baseline.stale(self.findings)
@@ -97,12 +107,14 @@ def _shown_path(path: str) -> str:
     return path if shown.startswith("..") else shown
 
 
-def _where(f: Finding) -> str:
+def where(f: Finding) -> str:
+    """``path:line`` of the finding's first task found in its DAG file (see ``location``); a
+    DAG read from a zip has no lines: its DAG id."""
     for t in f.tasks:
-        found = location(t.source, t.base_task_id)
+        found = location(t.source, t.base_task_id, t.dag_id)
         if found:
             path, line = found
-            return f"{_shown_path(path)}:{line}" if line else _shown_path(path)
+            return f"{_shown_path(path)}:{line}"
     return f.dag_ids[0]
 
 
@@ -115,10 +127,10 @@ def _finding_text(f: Finding) -> list[str]:
         pair = " x ".join(t.base_ident for t in f.tasks)
     shown = ", ".join(f.footprints[:MAX_FOOTPRINTS_SHOWN])
     more = len(f.footprints) - MAX_FOOTPRINTS_SHOWN
-    where = f"{shown}, +{more} more" if more > 0 else shown
+    footprints = f"{shown}, +{more} more" if more > 0 else shown
     status = (f" [suppressed: {f.suppression.reason}]" if f.suppression
               else " [in baseline]" if f.in_baseline else "")
-    head = f"{_where(f)}: {f.kind.value} ({f.kind.severity}): {pair} on {f.table} [{where}]{status}"
+    head = f"{where(f)}: {f.kind.value} ({f.kind.severity}): {pair} on {f.table} [{footprints}]{status}"
     if f.protected:
         return [head, f"    admission runs them one at a time (without it: {f.would_be.value}: {f.effects()})"]
     return [head, f"    {f.reason}"]
