@@ -60,6 +60,10 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
     :param admission_wait_seconds: seconds a write that is not admitted at once waits for a
         lease in its worker before it defers (0: defer at once). Skips Airflow's deferral round
         trip for short waits, holding the worker slot meanwhile.
+    :param exactly_once: tag each commit with the write's id and look for it before every retry
+        and later try, so the write lands once (docs/exactly-once.md); ``False`` turns it off.
+    :param stale_overwrite: ``report`` / ``skip`` / ``apply``: an overwrite that a newer logical
+        date already overwrote (default ``$OCCFLOW_STALE_OVERWRITE``, else ``report``).
     :param admission_resume_settle_seconds: seconds after a deferral before the task is resumed
         (guards against an Airflow 3.3 race that kills a task resumed very soon; 0: off).
     """
@@ -87,6 +91,8 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
         admission_poll_interval: float = 2.0,
         admission_wait_seconds: float | None = None,
         admission_resume_settle_seconds: float | None = None,
+        exactly_once: bool = True,
+        stale_overwrite: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -114,7 +120,10 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
         self.admission_poll_interval = admission_poll_interval
         self.admission_wait_seconds = admission_wait_seconds
         self.admission_resume_settle_seconds = admission_resume_settle_seconds
+        self.exactly_once = exactly_once
+        self.stale_overwrite = stale_overwrite
         self.admission_settings()  # a bad number of seconds fails the DAG import, naming the parameter
+        self.flow_settings()  # as does a stale_overwrite that is not one of its actions
 
     @classmethod
     def partial(cls, **kwargs: Any) -> Any:  # type: ignore[override]
@@ -125,21 +134,29 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
         """
         from airflow.sdk.bases.operator import partial as airflow_partial
 
-        if "table" in kwargs and "operation" in kwargs:
-            table_format = kwargs.get("table_format")
-            if table_format is None and not kwargs.get("profile"):
-                table_format = cls.default_table_format
-            declared = WriteDeclaration.create(
-                kwargs["table"],
-                kwargs["operation"],
-                profile=kwargs.get("profile"),
-                table_format=table_format,
-                partitions=kwargs.get("partitions"),
-                reads_whole_table=kwargs.get("reads_whole_table", False),
-                allow_templates=True,
-            )
-            derive_policy(declared.profile, declared.operation, overrides_to_dict(kwargs.get("policy_overrides")))
+        cls.parse_time_declaration(kwargs)
         return airflow_partial(cls, **kwargs)
+
+    @classmethod
+    def parse_time_declaration(cls, kwargs: Mapping[str, Any]) -> WriteDeclaration | None:
+        """The declaration the keyword arguments fix at DAG parse time (templates allowed), its
+        policy overrides checked; ``None`` when they leave the table or operation to ``expand``."""
+        if "table" not in kwargs or "operation" not in kwargs:
+            return None
+        table_format = kwargs.get("table_format")
+        if table_format is None and not kwargs.get("profile"):
+            table_format = cls.default_table_format
+        declared = WriteDeclaration.create(
+            kwargs["table"],
+            kwargs["operation"],
+            profile=kwargs.get("profile"),
+            table_format=table_format,
+            partitions=kwargs.get("partitions"),
+            reads_whole_table=kwargs.get("reads_whole_table", False),
+            allow_templates=True,
+        )
+        derive_policy(declared.profile, declared.operation, overrides_to_dict(kwargs.get("policy_overrides")))
+        return declared
 
     # ------------------------------------------------------------------ the flow
 
@@ -193,8 +210,8 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
 
     def flow_settings(self) -> FlowSettings:
         return FlowSettings(
-            exactly_once=getattr(self, "exactly_once", True) is not False,
-            stale_overwrite=stale_overwrite_action(getattr(self, "stale_overwrite", None)),
+            exactly_once=self.exactly_once is not False,
+            stale_overwrite=stale_overwrite_action(self.stale_overwrite),
             reschedule_after_lease_loss=float(self.admission_poll_interval),
         )
 

@@ -106,25 +106,13 @@ class DeltaWriteOperator(OccflowWriteOperator):
             raise InvalidDeclarationError(f"{self.task_id}: schema / partition_by need create_if_missing=True")
 
     @classmethod
-    def partial(cls, **kwargs: Any) -> Any:  # type: ignore[override]
-        """As ``OccflowWriteOperator.partial``, with delta-rs's profile and checks at parse time."""
-        kwargs = _delta_rs_defaults(kwargs)
-        if "table" in kwargs and "operation" in kwargs:
-            declared = WriteDeclaration.create(
-                kwargs["table"],
-                kwargs["operation"],
-                profile=kwargs.get("profile"),
-                table_format=kwargs.get("table_format"),
-                partitions=kwargs.get("partitions"),
-                allow_templates=True,
-            )
-            delta_rs_declaration(
-                declared,
-                str(kwargs.get("task_id")),
-                bool(kwargs.get("admission", True)),
-                bool(kwargs.get("allow_unsafe_concurrency", False)),
-            )
-        return super().partial(**kwargs)
+    def parse_time_declaration(cls, kwargs: Mapping[str, Any]) -> WriteDeclaration | None:
+        """As ``OccflowWriteOperator``'s, on delta-rs's profile, with its checks."""
+        declared = super().parse_time_declaration(_delta_rs_defaults(kwargs))
+        if declared is None:
+            return None
+        return delta_rs_declaration(declared, str(kwargs.get("task_id")), bool(kwargs.get("admission", True)),
+                                    bool(kwargs.get("allow_unsafe_concurrency", False)))
 
     def declare(self) -> WriteDeclaration:
         """The rendered declaration, on delta-rs's matrix; before admission, the location and

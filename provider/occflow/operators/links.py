@@ -13,7 +13,8 @@ task with no committed write gets an empty link, which the UI does not show.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
 
 from airflow.sdk import BaseOperatorLink
 from airflow.sdk.bases.xcom import BaseXCom
@@ -40,12 +41,19 @@ def write_report(ti_key: Any) -> WriteReport | None:
     return None
 
 
-def _ask(operator: Any, method: str, report: WriteReport | None) -> str:
-    if report is None or not report.committed:
+@runtime_checkable
+class CommitUrls(Protocol):
+    """An operator whose engine has URLs for a commit and for the table's history (delta-rs)."""
+
+    def commit_url(self, report: WriteReport) -> str | None: ...
+
+    def table_history_url(self, report: WriteReport) -> str | None: ...
+
+
+def _ask(operator: object, url: Callable[[CommitUrls, WriteReport], str | None], report: WriteReport | None) -> str:
+    if report is None or not report.committed or not isinstance(operator, CommitUrls):
         return ""
-    found = getattr(operator, method, None)
-    url = found(report) if callable(found) else None
-    return str(url) if url else ""
+    return url(operator, report) or ""
 
 
 class WriteCommitLink(BaseOperatorLink):
@@ -54,7 +62,7 @@ class WriteCommitLink(BaseOperatorLink):
     name = "Table commit"
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
-        return _ask(operator, "commit_url", write_report(ti_key))
+        return _ask(operator, lambda op, report: op.commit_url(report), write_report(ti_key))
 
 
 class TableHistoryLink(BaseOperatorLink):
@@ -63,7 +71,7 @@ class TableHistoryLink(BaseOperatorLink):
     name = "Table history"
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
-        return _ask(operator, "table_history_url", write_report(ti_key))
+        return _ask(operator, lambda op, report: op.table_history_url(report), write_report(ti_key))
 
 
 #: What ``get_provider_info()["extra-links"]`` lists.

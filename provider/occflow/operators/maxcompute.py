@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from airflow.sdk.bases.operator import partial as airflow_partial
 from airflow.sdk.exceptions import AirflowFailException
 
 from ..core.declaration import WriteDeclaration
@@ -100,28 +99,31 @@ class MaxComputeWriteOperator(OccflowWriteOperator):
         self.standin_fallback = standin_fallback
         self.poll_interval = poll_interval
         self.cancel_on_kill = cancel_on_kill
+        self._client: Any = None  # the project's client, made on first use in the task
+        self._instance: Any = None  # the running attempt's instance (stopped by on_kill)
         if not _templated(sql):
             check_maxcompute_sql(sql, self.occflow_write, self.task_id)  # a DAG import error
 
     @classmethod
-    def partial(cls, **kwargs: Any) -> Any:  # type: ignore[override]
-        """Like ``OccflowWriteOperator.partial``: a mapped task's fixed SQL and declaration are
-        checked at DAG parse time, on the MaxCompute matrix that knows the operation."""
+    def parse_time_declaration(cls, kwargs: Mapping[str, Any]) -> WriteDeclaration | None:
+        """A mapped task's fixed SQL and declaration, checked at DAG parse time on the MaxCompute
+        matrix that knows the operation."""
         sql, where = kwargs.get("sql"), str(kwargs.get("task_id"))
-        if isinstance(sql, str) and "table" in kwargs:
-            operation = kwargs.get("operation") or _sql_operation(sql, where)
-            declared = WriteDeclaration.create(
-                kwargs["table"], operation, profile=kwargs.get("profile") or _provisional_profile(operation),
-                partitions=kwargs.get("partitions"), allow_templates=True,
-            )
-            if not _templated(sql):
-                check_maxcompute_sql(sql, declared, where)
-        return airflow_partial(cls, **kwargs)
+        if not isinstance(sql, str) or "table" not in kwargs:
+            return None
+        operation = kwargs.get("operation") or _sql_operation(sql, where)
+        declared = WriteDeclaration.create(
+            kwargs["table"], operation, profile=kwargs.get("profile") or _provisional_profile(operation),
+            partitions=kwargs.get("partitions"), allow_templates=True,
+        )
+        if not _templated(sql):
+            check_maxcompute_sql(sql, declared, where)
+        return declared
 
     # ------------------------------------------------------------------ declare
 
     def client(self) -> Any:
-        if getattr(self, "_client", None) is None:
+        if self._client is None:
             hook = OccflowMaxComputeHook(self.maxcompute_conn_id, project=self.project, endpoint=self.endpoint,
                                          standin=self.standin, standin_fallback=self.standin_fallback)
             self._client = hook.get_client()
@@ -157,7 +159,7 @@ class MaxComputeWriteOperator(OccflowWriteOperator):
     def _target(self, declaration: WriteDeclaration, context: Any = None) -> MaxComputeTarget:
         return MaxComputeTarget(
             self.client(), declaration.table, self.sql, hints=self.hints, poll_interval=self.poll_interval,
-            exactly_once=getattr(self, "exactly_once", True) is not False,
+            exactly_once=self.exactly_once is not False,
             on_instance=lambda instance, again: self._publish(context, instance, again),
         )
 
@@ -176,7 +178,7 @@ class MaxComputeWriteOperator(OccflowWriteOperator):
             ti.xcom_push(key=LOG_VIEW_KEY, value=link)
 
     def on_kill(self) -> None:
-        instance = getattr(self, "_instance", None)
+        instance = self._instance
         if self.cancel_on_kill and instance is not None:
             instance.stop()
 

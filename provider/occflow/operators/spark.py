@@ -61,13 +61,15 @@ def checked_sql(sql: SqlText, declaration: WriteDeclaration, sql_catalog: str | 
     return job_text(sql)[0]
 
 
-def declare_spark_write(operator: Any, declared: WriteDeclaration) -> WriteDeclaration:
+def declare_spark_write(
+    declared: WriteDeclaration, config: Mapping[str, Any], sql: SqlText | None, where: str
+) -> WriteDeclaration:
     """The rendered declaration in the session's catalog, and the rendered SQL checked against
     it before admission and before any engine sees it: a refusal fails the task for good."""
-    declaration, sql_catalog = spark_declaration(declared, operator.session_config())
-    if operator.sql is not None:
+    declaration, sql_catalog = spark_declaration(declared, config)
+    if sql is not None:
         try:
-            checked_sql(operator.sql, declaration, sql_catalog, operator.task_id)
+            checked_sql(sql, declaration, sql_catalog, where)
         except InvalidDeclarationError as exc:
             raise AirflowFailException(f"{exc}; nothing ran") from exc
     return declaration
@@ -141,7 +143,7 @@ class SparkWriteOperator(OccflowWriteOperator):
             check_templated_operation(self.sql, self.occflow_write, self.task_id)
 
     def declare(self) -> WriteDeclaration:
-        declaration = declare_spark_write(self, super().declare())
+        declaration = declare_spark_write(super().declare(), self.session_config(), self.sql, self.task_id)
         if self.create_if_missing:
             # Before the table's facts are read; CREATE ... IF NOT EXISTS conflicts with no write.
             self.create_table(declaration)

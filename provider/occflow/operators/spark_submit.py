@@ -104,7 +104,7 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
         self._attempt_state: dict[str, Any] = {}
 
     def declare(self) -> WriteDeclaration:
-        return declare_spark_write(self, super().declare())
+        return declare_spark_write(super().declare(), self.session_config(), self.sql, self.task_id)
 
     # ------------------------------------------------------------------ one attempt
 
