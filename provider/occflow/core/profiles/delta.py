@@ -191,8 +191,6 @@ def check_app_ids(current: Footprint, winner: Footprint, level: IsolationLevel) 
     return None
 
 
-Check = Callable[[Footprint, Footprint, IsolationLevel], "Conflict | None"]
-
 #: ``ConflictChecker.checkConflicts`` in order; the first failing check names the exception.
 #: This is the order of delta-rs (the embedded engine here) and of Delta's core/ checker;
 #: delta-spark's newer spark/ checker moves the app-id check before the file checks, which
@@ -214,12 +212,20 @@ class ConflictChecker:
     table_isolation: IsolationLevel
 
     def __call__(self, current: Footprint, winner: Footprint) -> Conflict | None:
-        level = isolation_level_to_use(current, self.table_isolation)
-        for check in CHECKS:
-            found = check(current, winner, level)
-            if found is not None:
-                return found
-        return None
+        return first_conflict(CHECKS, current, winner, isolation_level_to_use(current, self.table_isolation))
+
+
+
+def first_conflict(
+    checks: Iterable[Check], current: Footprint, winner: Footprint, level: IsolationLevel
+) -> Conflict | None:
+    """The first of ``checks``, in their order, that finds a conflict (Delta runs its checks in
+    a fixed order and reports the first); ``None`` when none does."""
+    for check in checks:
+        found = check(current, winner, level)
+        if found is not None:
+            return found
+    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -411,7 +417,10 @@ N_UPGRADE_LATER = (
 # (earlier op, later op, outcome under Serializable, outcome under WriteSerializable, source, note)
 # Two jobs on the same partition (or unpartitioned table); "earlier" commits first; the later job
 # is validated against it. Rows grouped by the earlier operation.
-DELTA_MATRIX: tuple[tuple[Operation, Operation, Outcome, Outcome, str, str], ...] = (
+#: One row of ``DELTA_MATRIX``: earlier, later, Serializable outcome, WriteSerializable outcome, source, note.
+MatrixRow = tuple[Operation, Operation, Outcome, Outcome, str, str]
+
+DELTA_MATRIX: tuple[MatrixRow, ...] = (
     # earlier: INSERT INTO (blind append)
     (Op.INSERT_INTO, Op.INSERT_INTO, OK_APPEND, OK_APPEND, src(T_INS_INS, CC_BLIND), N_APPEND_LATER),
     (Op.INSERT_INTO, Op.INSERT_OVERWRITE, CONCURRENT_APPEND, OK_APPLIED, src(T_UDM_INS, RMW, S004_BLIND, CC_ADDED), N_WS_OVERWRITE),
@@ -508,21 +517,23 @@ def cells_for(level: IsolationLevel) -> tuple[Cell, ...]:
     """The profile's cells: ``DELTA_MATRIX`` read at one isolation level's column."""
     if level is IsolationLevel.SNAPSHOT_ISOLATION:
         raise ValueError("SnapshotIsolation is not a table isolation level; it has no matrix")
-    cells: list[Cell] = []
-    for earlier, later, serializable, write_serializable, source, note in DELTA_MATRIX:
-        outcome = serializable if level is IsolationLevel.SERIALIZABLE else write_serializable
-        cells.append(
-            Cell(
-                earlier=earlier,
-                later=later,
-                later_fails=outcome.exception is not None,
-                exception=outcome.exception,
-                effect=outcome.effect,
-                source=source,
-                note=note,
-            )
-        )
-    return tuple(cells)
+    return tuple(cell_at(level, row) for row in DELTA_MATRIX)
+
+
+def cell_at(level: IsolationLevel, row: MatrixRow, source: str | None = None, note: str | None = None) -> Cell:
+    """One ``DELTA_MATRIX`` row read at ``level``'s column (``source`` / ``note``: another
+    citation for the same outcome, as the row-level-concurrency exceptions give)."""
+    earlier, later, serializable, write_serializable, row_source, row_note = row
+    outcome = serializable if level is IsolationLevel.SERIALIZABLE else write_serializable
+    return Cell(
+        earlier=earlier,
+        later=later,
+        later_fails=outcome.exception is not None,
+        exception=outcome.exception,
+        effect=outcome.effect,
+        source=row_source if source is None else source,
+        note=row_note if note is None else note,
+    )
 
 
 DELTA_SOURCES = (

@@ -45,10 +45,12 @@ from .delta import (
     ConflictChecker,
     IsolationLevel,
     Outcome,
+    cell_at,
     check_app_ids,
     check_deleted_files_deleted,
     check_no_metadata_updates,
     check_protocol_compatibility,
+    first_conflict,
     src,
 )
 from .model import Cell, Condition, Effect, OverwriteScope, Profile, RuleKind
@@ -84,11 +86,7 @@ class RowLevelConflictChecker:
         if _is_compaction(current) and _is_compaction(winner):
             checks.append(check_deleted_files_deleted)
         checks.append(check_app_ids)
-        for check in checks:
-            found = check(current, winner, self.table_isolation)
-            if found is not None:
-                return found
-        return None
+        return first_conflict(checks, current, winner, self.table_isolation)
 
 
 # --------------------------------------------------------------------------------------------
@@ -273,21 +271,7 @@ def zorder_cells(level: IsolationLevel) -> tuple[Cell, ...]:
     """The ``ZORDER_CHANGES`` pairs at one isolation level: ``DELTA_MATRIX``'s outcome (the cell
     without row-level concurrency), citing the ZORDER exception."""
     changes = {(row[0], row[1]): row for row in ZORDER_CHANGES}
-    cells: list[Cell] = []
-    for earlier, later, serializable, write_serializable, _source, _note in DELTA_MATRIX:
-        if (earlier, later) not in changes:
-            continue
-        _, _, source, note = changes[(earlier, later)]
-        outcome = serializable if level is IsolationLevel.SERIALIZABLE else write_serializable
-        cells.append(
-            Cell(
-                earlier=earlier,
-                later=later,
-                later_fails=outcome.exception is not None,
-                exception=outcome.exception,
-                effect=outcome.effect,
-                source=source,
-                note=note,
-            )
-        )
-    return tuple(cells)
+    return tuple(
+        cell_at(level, row, *changes[(row[0], row[1])][2:4])
+        for row in DELTA_MATRIX if (row[0], row[1]) in changes
+    )
