@@ -191,6 +191,8 @@ def check_app_ids(current: Footprint, winner: Footprint, level: IsolationLevel) 
     return None
 
 
+Check = Callable[[Footprint, Footprint, IsolationLevel], "Conflict | None"]
+
 #: ``ConflictChecker.checkConflicts`` in order; the first failing check names the exception.
 #: This is the order of delta-rs (the embedded engine here) and of Delta's core/ checker;
 #: delta-spark's newer spark/ checker moves the app-id check before the file checks, which
