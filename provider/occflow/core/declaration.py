@@ -83,6 +83,18 @@ class WriteDeclaration:
     # profile says corrupt data even when the declared profile says they do not.
     engine_profile: str | None = None
 
+    def __repr__(self) -> str:
+        """One line: the profile by name (its matrix is tens of KB of cells)."""
+        where = "whole table" if self.partitions is None else ", ".join(
+            "/".join(f"{k}={v}" for k, v in spec.items()) for spec in self.partitions)
+        extra = "".join(
+            f", {name}={value!r}" for name, value in (
+                ("reads_whole_table", self.reads_whole_table or None), ("catalog", self.catalog),
+                ("engine_profile", self.engine_profile)) if value is not None
+        )
+        return (f"WriteDeclaration({self.operation.value} on {self.table!r} [{where}], "
+                f"profile={self.profile.name!r}{extra})")
+
     @property
     def table_key(self) -> str:
         """The table's canonical identity (see ``core.identifiers.canonical_table``)."""
