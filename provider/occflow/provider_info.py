@@ -1,8 +1,17 @@
 """``get_provider_info()``: what Airflow's providers manager learns about occflow.
 
 ``airflow providers get airflow-provider-occflow --full`` prints it; ``airflow providers
-notifications`` / ``behaviours`` / ``widgets`` / ``links`` / ``hooks`` / ``plugins`` show what
-Airflow made of each part (tests/airflow/test_registration.py runs those commands).
+notifications`` / ``behaviours`` / ``widgets`` / ``links`` / ``hooks`` show what Airflow made of
+each part (tests/airflow/test_registration.py runs those commands).
+
+The UI plugin (``occflow.plugins.OccflowTableWritesPlugin``) is not listed here: it is the
+``airflow.plugins`` entry point in pyproject.toml, which Airflow always loads, while the
+``plugins`` of provider info load only when providers are not discovered lazily (Airflow 3's
+default is lazy). Listed in both, every service logged "Plugin 'occflow_table_writes' already
+registered, skipping" and ``airflow plugins`` counted it as an import error.
+
+The ``documentation-url`` ``airflow providers get`` shows is not provider info either: Airflow
+sets it from the package's ``Project-URL: Documentation`` (pyproject's ``[project.urls]``).
 
 The connection forms are declared here (``conn-fields``, ``ui-field-behaviour``): Airflow 3.2+
 reads them without importing the hooks or Flask-AppBuilder, and deprecates the hook methods
@@ -36,7 +45,6 @@ DOCS_URL = "docs/index.md"
 #: The pages a user of each part reads first (how-to guides in Airflow's integration entry).
 HOW_TO_GUIDES = ["docs/operators.md", "docs/alerting.md", "docs/admission.md"]
 
-PLUGIN = {"name": "occflow_table_writes", "plugin-class": "occflow.plugins.OccflowTableWritesPlugin"}
 MAXCOMPUTE_HOOK_MODULE = "occflow.hooks.maxcompute"
 MAXCOMPUTE_OPERATOR_MODULE = "occflow.operators.maxcompute"
 
@@ -92,5 +100,4 @@ def get_provider_info() -> dict[str, Any]:
             {"name": "occflow_write", "class-name": "occflow.decorators.occflow_write.occflow_write"}
         ],
     }
-    info["plugins"] = [dict(PLUGIN)]
     return info
