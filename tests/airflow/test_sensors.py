@@ -45,7 +45,7 @@ with DAG("commit_sensor_upstream", schedule=None, start_date=pendulum.datetime(2
     written = run.task("append_b").xcom["return_value"]
     found = run.task("wait_for_append").xcom["return_value"]
     assert found["version"] == written["version"] == 1
-    assert found["metadata"]["occflow.task_id"] == "append_b"
+    assert found["metadata"]["occflow.task-id"] == "append_b"
     assert found["partitions"] == ["ds=b"]
 
 

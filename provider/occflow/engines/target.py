@@ -17,7 +17,7 @@ from ..core.declaration import WriteDeclaration
 from ..core.observed import ObservedFootprint
 from .ledger import CommitLedger
 from .outcome import WriteOutcome
-from .tags import CommitTag
+from .tags import KEYS, CommitTag
 
 
 def _no_check() -> None:
@@ -60,12 +60,13 @@ class AttemptContext:
 
 
 def writer_metadata(task: TaskRef) -> dict[str, str]:
-    """The commit-info keys naming the task instance that made a commit (delta-rs)."""
+    """The commit-info keys naming the task instance that made a commit (delta-rs): the commit
+    tag's own keys (``engines.tags.KEYS``), one spelling for every reader."""
     return {
-        "occflow.dag_id": task.dag_id,
-        "occflow.task_id": task.task_id,
-        "occflow.run_id": task.run_id,
-        "occflow.map_index": str(task.map_index),
+        KEYS["dag_id"]: task.dag_id,
+        KEYS["task_id"]: task.task_id,
+        KEYS["run_id"]: task.run_id,
+        KEYS["map_index"]: str(task.map_index),
     }
 
 

@@ -45,6 +45,7 @@ from ..engines.deltars.table import DUPLICATE_COMPACTION
 from ..engines.ledger import AlreadyCommitted, StaleOverwriteError
 from ..engines.maxcompute import ResidueError
 from ..engines.outcome import WriteOutcome
+from ..engines.tags import KEYS
 from ..engines.target import AttemptContext, TaskRef, WriteTarget
 from ..leases import LeaseKeeper
 from .exactly_once import BeforeCommit, ExactlyOnce, LeaseLapsed, from_context
@@ -226,7 +227,7 @@ class WriteFlow:
         if tag is None:
             return None
         # The keys the delta-rs target writes into its commits pick out the operator's own commits.
-        own_commit = {"occflow.dag_id": tag.dag_id, "occflow.task_id": tag.task_id, "occflow.run_id": tag.run_id}
+        own_commit = {KEYS["dag_id"]: tag.dag_id, KEYS["task_id"]: tag.task_id, KEYS["run_id"]: tag.run_id}
         ledger = self.target.commit_ledger(only_if=own_commit)
         if ledger is None:
             return None

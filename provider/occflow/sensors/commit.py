@@ -25,6 +25,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from ..core.declaration import partition_key, validate_table_identifier
 from ..core.errors import InvalidDeclarationError
+from ..engines.tags import KEYS
 from ..hooks.maxcompute import DEFAULT_CONN_ID
 from ..hooks.spark import default_delta_location, embedded_home
 from ..triggers.commits import FORMATS, CommitCondition, maxcompute_location, read_commits
@@ -148,9 +149,9 @@ class TableCommitSensor(BaseSensorOperator):
             if self.table_format == "delta":
                 # The operator wrote who made the commit into it: match exactly that commit.
                 metadata = {
-                    "occflow.dag_id": self.upstream_dag_id or ti.dag_id,
-                    "occflow.task_id": self.upstream_task_id,
-                    "occflow.run_id": self.upstream_run_id or ti.run_id,
+                    KEYS["dag_id"]: self.upstream_dag_id or ti.dag_id,
+                    KEYS["task_id"]: self.upstream_task_id,
+                    KEYS["run_id"]: self.upstream_run_id or ti.run_id,
                 }
             if maxcompute:
                 metadata = self._maxcompute_upstream(report)
