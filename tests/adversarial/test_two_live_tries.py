@@ -313,26 +313,15 @@ def iceberg_shapes(rng: random.Random) -> Iterator[tuple[Try, Try]]:
 
 
 @pytest.fixture(scope="module")
-def spark_engine_for_tries(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, dict[str, Any]]]:
-    pytest.importorskip("pyspark")
-    from pyspark.sql import SparkSession
-
-    from occflow.engines.spark import SparkConfig, SparkEngine
-
-    active = SparkSession.getActiveSession()
-    engine = SparkEngine(SparkConfig(home=str(tmp_path_factory.mktemp("adversarial-spark")),
-                                     app_name="occflow-adversarial"))
-    if active is not None:
-        engine.attach(active)
+def spark_engine_for_tries(iceberg_engine: Any) -> tuple[Any, dict[str, Any]]:
+    """The run's one Spark session (tests/conftest.py) and the config a driver process needs."""
+    engine = iceberg_engine
     spark = engine.session()
-    spark.sparkContext.setLogLevel("ERROR")
     conf = spark.sparkContext.getConf()
     config = {"app_name": conf.get("spark.app.name"), "catalog": {
         "name": "lake", "uri": conf.get("spark.sql.catalog.lake.uri", None),
         "warehouse": conf.get("spark.sql.catalog.lake.warehouse", None)}}
-    yield engine, config
-    if active is None:
-        engine.stop()
+    return engine, config
 
 
 @pytest.mark.spark

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -225,26 +224,11 @@ def test_explain_on_a_missing_delta_location_names_it(capsys, tmp_path) -> None:
 
 
 @pytest.fixture(scope="module")
-def iceberg_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One local Spark session with occflow's embedded Iceberg catalog for this module (the
-    running session's home when another module started one: a catalog is fixed at start)."""
-    pytest.importorskip("pyspark")
-    from pyspark.sql import SparkSession
-
-    from occflow.engines.spark import SparkConfig, SparkEngine
-
-    active = SparkSession.getActiveSession()
-    uri = active.sparkContext.getConf().get("spark.sql.catalog.lake.uri", "") if active else ""
-    if uri.startswith("jdbc:sqlite:"):
-        home = Path(uri[len("jdbc:sqlite:"):]).parent
-    else:
-        home = Path(os.environ.get("OCCFLOW_HOME") or tmp_path_factory.mktemp("occflow-explain"))
-    engine = SparkEngine(SparkConfig(home=str(home), app_name="occflow-tests"))
-    if active is not None:
-        engine.attach(active)
-    spark = engine.session()
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.db")
+def iceberg_home(spark_home: Path, iceberg_engine: Any) -> Iterator[Path]:
+    """The run's one Spark session (tests/conftest.py) with a table for explain to read; its
+    embedded home is where the CLI finds the same catalog."""
+    home = spark_home
+    spark = iceberg_engine.session()
     spark.sql("DROP TABLE IF EXISTS lake.db.explain_events")
     spark.sql(
         "CREATE TABLE lake.db.explain_events (id BIGINT, ds STRING, ts TIMESTAMP) USING iceberg "
@@ -252,8 +236,6 @@ def iceberg_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         "'write.merge.isolation-level'='snapshot')"
     )
     yield home
-    if active is None:
-        engine.stop()
 
 
 @pytest.mark.spark

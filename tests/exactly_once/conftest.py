@@ -8,8 +8,6 @@ Spark allows one session per JVM with one Iceberg catalog configuration, so when
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -17,23 +15,9 @@ _counter = itertools.count()
 
 
 @pytest.fixture(scope="session")
-def eo_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    pytest.importorskip("pyspark", reason="Spark tests need pyspark (pip install 'airflow-provider-occflow[spark]')")
-    from pyspark.sql import SparkSession
-
-    from occflow.engines.spark import SparkConfig, SparkEngine
-
-    active = SparkSession.getActiveSession()
-    home: Path = tmp_path_factory.mktemp("occflow-exactly-once")
-    engine = SparkEngine(SparkConfig(home=str(home), app_name="occflow-exactly-once-tests"))
-    if active is not None:
-        engine.attach(active)
-    spark = engine.session()
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.eo")
-    yield engine
-    if active is None:
-        engine.stop()
+def eo_spark(iceberg_engine: object) -> object:
+    """The run's one Spark session (tests/conftest.py); these tests' tables live in ``lake.eo``."""
+    return iceberg_engine
 
 
 @pytest.fixture
