@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Spec 003's MERGE, as docs/explain.md explains it.
 MERGE = (
     "MERGE INTO db.events t USING updates s ON s.user_id = t.user_id AND s.date = t.date "
-    "AND t.date = '2024-01-01' WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+    "AND t.date = '2024-01-01' WHEN MATCHED THEN UPDATE SET * "
+    "WHEN NOT MATCHED THEN INSERT (user_id, date) VALUES (s.user_id, '2024-01-01')"
 )
 
 COMMANDS: dict[str, list[str]] = {
