@@ -10,11 +10,12 @@ narrower than what it selects. An INSERT whose query reads its own target behave
 (spec 004, note (1)); ``REORG ... APPLY (UPGRADE ...)`` changes the protocol (spec 004).
 ``check_derived_against`` refuses a hand declaration that says less than the SQL does.
 
-Rows a statement moves or adds count too (issue 23): every WHEN clause of a MERGE (``WHEN NOT
-MATCHED BY SOURCE`` touches target rows outside ``ON``: its own condition's partitions, else the
-whole table), and every assignment to a partition column (``UPDATE ... SET ds = 'B'``, a MERGE's
-``UPDATE SET`` / ``INSERT``): a literal destination joins the footprint, any other value is the
-whole table. What cannot be read is refused, never guessed narrow.
+Rows a statement moves or adds count too (issue 23): every WHEN clause of a MERGE (a ``WHEN NOT
+MATCHED BY SOURCE`` clause, with or without a condition, makes the whole table: Spark joins the
+whole target and rewrites every file of a copy-on-write Iceberg table), and every assignment to
+a partition column (``UPDATE ... SET ds = 'B'``, a MERGE's ``UPDATE SET`` / ``INSERT``): a
+literal destination joins the footprint, any other value is the whole table. What cannot be
+read is refused, never guessed narrow.
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ class _Reading:
     #: Literal destinations of the rows the condition selects, one per assigning clause
     #: (``SET ds = 'B'``): partition column as declared -> canonical value.
     moves: list[dict[str, str]] = field(default_factory=list)
-    #: Rows touched beside those the condition selects (a MERGE's other WHEN clauses).
+    #: Rows added beside those the condition selects (a MERGE's WHEN NOT MATCHED inserts).
     pieces: list[_Piece] = field(default_factory=list)
     #: Why rows it moves or adds may land in any partition (then the whole table).
     anywhere: list[str] = field(default_factory=list)
@@ -126,14 +127,11 @@ class _Reading:
 
 @dataclass(frozen=True)
 class _Piece:
-    """Rows a MERGE clause touches outside ``ON``'s partitions: a ``WHEN NOT MATCHED BY SOURCE``
-    clause's own condition (``condition``), or where a ``WHEN NOT MATCHED`` clause inserts
-    (``spec``, its literal partition values); ``moves``: where that clause's SET moves them."""
+    """Rows a MERGE clause adds outside ``ON``'s partitions: where a ``WHEN NOT MATCHED`` clause
+    inserts (``spec``, its literal value for every partition column)."""
 
     label: str
-    condition: exp.Expr | None = None
-    spec: Spec = field(default_factory=dict)
-    moves: dict[str, str] = field(default_factory=dict)
+    spec: Spec
 
 
 def derive_write(sql: str | Sequence[str], partition_columns: Sequence[str] | None) -> DerivedWrite:
@@ -236,8 +234,8 @@ def _merge(found: SqlWrite, tree: exp.Merge, columns: dict[str, str]) -> _Readin
 
 def _merge_clauses(reading: _Reading, tree: exp.Merge, columns: dict[str, str], source_name: str) -> None:
     """What each WHEN clause adds to ON's partitions (issue 23): a MATCHED UPDATE's literal
-    destinations, a NOT MATCHED BY SOURCE clause's own partitions (and destinations), a NOT
-    MATCHED INSERT's literal partition; a value the data decides makes the whole table."""
+    destinations, a NOT MATCHED INSERT's literal partition; a NOT MATCHED BY SOURCE clause or a
+    value the data decides makes the whole table."""
     whens = tree.args.get("whens")
     equal = _on_equalities(reading.condition, reading.qualifiers, source_name, columns)
     target = reading.qualifiers
@@ -251,25 +249,19 @@ def _merge_clauses(reading: _Reading, tree: exp.Merge, columns: dict[str, str], 
         if matched or by_source:
             if not (isinstance(then, exp.Update) or (isinstance(then, exp.Var) and then.name.upper() == "DELETE")):
                 raise InvalidDeclarationError(f"{label} THEN {_short(then)}: cannot be read (UPDATE SET ... or DELETE)")
+            if by_source:
+                reading.anywhere.append(_by_source_why(label, when.args.get("condition")))
+                continue
 
-            def same(column: str, value: exp.Expr, by_source: bool = by_source) -> bool:
-                if _is_column(value, column, target, bare=by_source):
-                    return True  # SET ds = t.ds (NOT MATCHED BY SOURCE: only the target's columns)
-                return not by_source and isinstance(value, exp.Column) and (column, _column_key(value)) in equal
+            def same(column: str, value: exp.Expr) -> bool:
+                if _is_column(value, column, target, bare=False):
+                    return True  # SET ds = t.ds
+                return isinstance(value, exp.Column) and (column, _column_key(value)) in equal
 
             assigned = then.expressions if isinstance(then, exp.Update) else []
-            moves, whole = _assignments(assigned, columns, label, same, "" if by_source else source_name)
+            moves, whole = _assignments(assigned, columns, label, same, source_name)
             if whole is not None:
                 reading.anywhere.append(f"{whole}: the whole table")
-            elif by_source:
-                condition = when.args.get("condition")
-                if condition is None:
-                    reading.anywhere.append(
-                        f"{label} has no condition of its own: it touches the target rows no source row matches, "
-                        "in every partition: the whole table"
-                    )
-                else:
-                    reading.pieces.append(_Piece(f"{label} AND {_short(condition)}", condition, moves=moves))
             elif moves:
                 reading.moves.append(moves)
             continue
@@ -279,7 +271,19 @@ def _merge_clauses(reading: _Reading, tree: exp.Merge, columns: dict[str, str], 
         if whole is not None:
             reading.anywhere.append(f"{whole}: the whole table")
         else:
-            reading.pieces.append(_Piece(f"{label} THEN INSERT", spec=spec))
+            reading.pieces.append(_Piece(f"{label} THEN INSERT", spec))
+
+
+def _by_source_why(label: str, condition: exp.Expr | None) -> str:
+    """Why a MERGE with a ``WHEN NOT MATCHED BY SOURCE`` clause is the whole table, whatever the
+    clause's condition: found by the differential oracle on Iceberg (issue 23)."""
+    clause = label if condition is None else f"{label} AND {_short(condition)}"
+    return (
+        f"{clause}: the target rows no source row matches are found by joining the whole target (Spark "
+        "plans a full outer join, no partition filter from ON), and on a copy-on-write Iceberg table the "
+        "MERGE rewrites every data file it read, in every partition, whatever the clause's own condition: "
+        "the whole table"
+    )
 
 
 def _when_label(when: exp.When) -> str:
@@ -538,13 +542,8 @@ def _partitions(
             found = either(found, _moved(specs, moves))
             why.append(f"the rows it updates move to {_spelled(moves)}: those partitions are touched too")
         for piece in reading.pieces:
-            extra, notes = _piece_specs(piece, reading, columns)
-            why += notes
-            if {} in extra:
-                return None, why + [f"{piece.label} does not pin any of the partition columns "
-                                    f"({', '.join(columns.values())}): the whole table"], _value_ranges(reading, columns)
-            found = either(found, extra)
-            why.append(f"{piece.label} adds {len(extra)} partition spec(s)")
+            found = either(found, [dict(piece.spec)])
+            why.append(f"{piece.label} adds {partition_key(piece.spec)}")
     except TooManySpecs:
         return None, [f"{reading.label} reads as more than {MAX_SPECS} partition specs: the whole table"], {}
     ranges = _value_ranges(reading, columns)
@@ -556,17 +555,6 @@ def _partitions(
     else:
         last = f"{reading.label} confines the write to {len(found)} partition spec(s) of {named}"
     return tuple(found), why + [last], ranges
-
-
-def _piece_specs(piece: _Piece, reading: _Reading, columns: dict[str, str]) -> tuple[list[Spec], list[str]]:
-    """The specs a clause touches beside ON's: its own condition's (only the target's columns
-    may appear in a NOT MATCHED BY SOURCE condition, so a bare name is the target's), or the
-    inserted partition; with the rows its SET moves."""
-    if piece.condition is None:
-        return [dict(piece.spec)], []
-    scope = ColumnScope(columns, reading.qualifiers, True)
-    touched = read_condition(piece.condition, scope)
-    return (either(touched, _moved(touched, piece.moves)) if piece.moves else touched), list(scope.notes)
 
 
 def _moved(specs: Sequence[Spec], moves: Mapping[str, str]) -> list[Spec]:

@@ -1,0 +1,900 @@
+"""Random SQL writes and a differential oracle the derivation does not share (issue 23).
+
+A generator makes random write statements on a table partitioned by ``ds`` and ``region``:
+MERGE with every kind of WHEN clause, UPDATE (partition columns SET to literals, CASE, columns,
+functions, NULL) and DELETE with random predicates, INSERT INTO / OVERWRITE with static and
+dynamic partitions, Iceberg's ``rewrite_data_files`` and (delta-rs) ``REPLACE WHERE``. Each
+statement is a small tree that renders to Spark SQL, to the delta-rs calls that do the same, and
+to smaller statements for shrinking.
+
+The oracle runs the statement on a real engine and reads what it really changed from the engine's
+own record, with code of its own: Iceberg's ``files`` metadata table before and after (files gone
+were removed, files new were added; data and delete files), the Delta log's ``add`` / ``remove``
+actions. Every partition a file was added to or removed from must lie in
+``derive_write(sql).partitions`` (``None``, the whole table, holds everything). Partition values
+are compared in the one spelling partition keys use (``core.identifiers.canonical_value``); a
+range bound that does not compare with a value holds it, as admission's overlap rule reads it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import decimal
+import json
+import random
+import shutil
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from occflow.core.errors import InvalidDeclarationError
+from occflow.core.identifiers import canonical_value
+from occflow.core.sqlderive import DerivedWrite, derive_write
+
+PARTITION_COLUMNS = ("ds", "region")
+DAYS = ("2024-01-01", "2024-01-02", "2024-01-03")
+REGIONS = ("eu", "us", "ap")
+# Partitions that hold data: not every pair, so some statements write into empty partitions.
+FILLED = tuple((d, r) for d in DAYS for r in REGIONS if (d, r) not in {("2024-01-02", "ap"), ("2024-01-03", "us")})
+ROWS_PER_PARTITION = 3
+#: (id, ds, region, v); ids 1.. in partition order, v = id % 5.
+BASE_ROWS = tuple(
+    (i + 1, d, r, (i + 1) % 5) for i, (d, r) in enumerate((d, r) for d, r in FILLED for _ in range(ROWS_PER_PARTITION))
+)
+BASE_IDS = tuple(row[0] for row in BASE_ROWS)
+
+Partition = tuple[str | None, str | None]  # (ds, region) as the engine records it
+
+
+# ---------------------------------------------------------------- predicates
+
+
+@dataclass(frozen=True)
+class Atom:
+    """A leaf condition; ``{t}`` stands for the target's qualifier (``t.``, ``fz.`` or nothing),
+    ``{s}`` for the source's (``s.``)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class And:
+    items: tuple[Pred, ...]
+
+
+@dataclass(frozen=True)
+class Or:
+    items: tuple[Pred, ...]
+
+
+@dataclass(frozen=True)
+class Not:
+    item: Pred
+
+
+Pred = Atom | And | Or | Not
+
+
+def render(pred: Pred | None, t: str, s: str = "s.") -> str:
+    if pred is None:
+        return "TRUE"
+    if isinstance(pred, Atom):
+        return pred.text.replace("{t}", t).replace("{s}", s)
+    if isinstance(pred, Not):
+        return f"NOT ({render(pred.item, t, s)})"
+    joiner = " AND " if isinstance(pred, And) else " OR "
+    return "(" + joiner.join(render(p, t, s) for p in pred.items) + ")"
+
+
+def pred_shrinks(pred: Pred) -> Iterator[Pred]:
+    """Smaller predicates: a child instead of its parent, a conjunct or disjunct left out."""
+    if isinstance(pred, Not):
+        yield pred.item
+        for smaller in pred_shrinks(pred.item):
+            yield Not(smaller)
+    elif isinstance(pred, (And, Or)):
+        yield from pred.items
+        if len(pred.items) > 2:
+            for i in range(len(pred.items)):
+                yield type(pred)(pred.items[:i] + pred.items[i + 1 :])
+        for i, item in enumerate(pred.items):
+            for smaller in pred_shrinks(item):
+                yield type(pred)(pred.items[:i] + (smaller,) + pred.items[i + 1 :])
+
+
+def _shrink_optional(pred: Pred | None) -> Iterator[Pred | None]:
+    if pred is not None:
+        yield None
+        yield from pred_shrinks(pred)
+
+
+# ---------------------------------------------------------------- statements
+
+Row = tuple[int, str | None, str | None, int]
+
+
+def _values(rows: Sequence[Row]) -> str:
+    def lit(value: object) -> str:
+        if value is None:
+            return "CAST(NULL AS STRING)"
+        return f"'{value}'" if isinstance(value, str) else str(value)
+
+    return ", ".join("(" + ", ".join(lit(v) for v in row) + ")" for row in rows)
+
+
+@dataclass(frozen=True)
+class Update:
+    table: str
+    alias: str | None
+    sets: tuple[tuple[str, str], ...]  # (column, expression with {t})
+    where: Pred | None
+
+    def qualifier(self) -> str:
+        return "" if self.alias is None else f"{self.alias}."
+
+    def sql(self) -> str:
+        t = self.qualifier()
+        alias = f" {self.alias}" if self.alias else ""
+        sets = ", ".join(f"{t}{c} = {render(Atom(e), t)}" for c, e in self.sets)
+        where = "" if self.where is None else f" WHERE {render(self.where, t)}"
+        return f"UPDATE {self.table}{alias} SET {sets}{where}"
+
+    def shrinks(self) -> Iterator[Statement]:
+        for i in range(len(self.sets)):
+            if len(self.sets) > 1:
+                yield dataclasses.replace(self, sets=self.sets[:i] + self.sets[i + 1 :])
+        for where in _shrink_optional(self.where):
+            yield dataclasses.replace(self, where=where)
+
+
+@dataclass(frozen=True)
+class Delete:
+    table: str
+    where: Pred | None
+
+    def sql(self) -> str:
+        where = "" if self.where is None else f" WHERE {render(self.where, '')}"
+        return f"DELETE FROM {self.table}{where}"
+
+    def shrinks(self) -> Iterator[Statement]:
+        for where in _shrink_optional(self.where):
+            yield dataclasses.replace(self, where=where)
+
+
+@dataclass(frozen=True)
+class When:
+    """One WHEN clause: ``kind`` matched / not_matched / by_source; ``action`` update / delete /
+    insert; ``sets`` (column, expression) or ``None`` for ``UPDATE SET *`` / ``INSERT *``."""
+
+    kind: str
+    action: str
+    condition: Pred | None = None
+    sets: tuple[tuple[str, str], ...] | None = None
+
+    def sql(self, t: str) -> str:
+        head = {"matched": "WHEN MATCHED", "not_matched": "WHEN NOT MATCHED",
+                "by_source": "WHEN NOT MATCHED BY SOURCE"}[self.kind]
+        cond = "" if self.condition is None else f" AND {render(self.condition, t)}"
+        if self.action == "delete":
+            body = "DELETE"
+        elif self.action == "update":
+            body = "UPDATE SET *" if self.sets is None else "UPDATE SET " + ", ".join(
+                f"{t}{c} = {render(Atom(e), t)}" for c, e in self.sets)
+        elif self.sets is None:
+            body = "INSERT *"
+        else:
+            body = (f"INSERT ({', '.join(c for c, _ in self.sets)}) "
+                    f"VALUES ({', '.join(render(Atom(e), t) for _, e in self.sets)})")
+        return f"{head}{cond} THEN {body}"
+
+    def shrinks(self) -> Iterator[When]:
+        for cond in _shrink_optional(self.condition):
+            yield dataclasses.replace(self, condition=cond)
+        if self.sets is not None and self.action == "update" and len(self.sets) > 1:
+            for i in range(len(self.sets)):
+                yield dataclasses.replace(self, sets=self.sets[:i] + self.sets[i + 1 :])
+
+
+@dataclass(frozen=True)
+class Merge:
+    table: str
+    alias: str | None
+    source: tuple[Row, ...]
+    on: Pred
+    whens: tuple[When, ...]
+
+    def qualifier(self) -> str:
+        return f"{self.alias or self.table.split('.')[-1]}."
+
+    def sql(self) -> str:
+        t = self.qualifier()
+        alias = f" {self.alias}" if self.alias else ""
+        source = f"(SELECT * FROM VALUES {_values(self.source)} AS src(id, ds, region, v)) s"
+        whens = " ".join(w.sql(t) for w in self.whens)
+        return f"MERGE INTO {self.table}{alias} USING {source} ON {render(self.on, t)} {whens}"
+
+    def shrinks(self) -> Iterator[Statement]:
+        for i in range(len(self.whens)):
+            if len(self.whens) > 1:
+                yield dataclasses.replace(self, whens=self.whens[:i] + self.whens[i + 1 :])
+        for i, when in enumerate(self.whens):
+            for smaller in when.shrinks():
+                yield dataclasses.replace(self, whens=self.whens[:i] + (smaller,) + self.whens[i + 1 :])
+        for on in pred_shrinks(self.on):
+            yield dataclasses.replace(self, on=on)
+        for i in range(len(self.source)):
+            if len(self.source) > 1:
+                yield dataclasses.replace(self, source=self.source[:i] + self.source[i + 1 :])
+
+
+@dataclass(frozen=True)
+class Insert:
+    """INSERT INTO / OVERWRITE with a PARTITION clause (static values, dynamic columns) or none;
+    ``dynamic_mode``: ``spark.sql.sources.partitionOverwriteMode=dynamic`` while it runs."""
+
+    table: str
+    overwrite: bool
+    static: tuple[tuple[str, str], ...]
+    dynamic: tuple[str, ...]
+    rows: tuple[Row, ...]
+    dynamic_mode: bool = False
+
+    def sql(self) -> str:
+        verb = "INSERT OVERWRITE" if self.overwrite else "INSERT INTO"
+        parts = [f"{c} = '{v}'" for c, v in self.static] + list(self.dynamic)
+        partition = f" PARTITION ({', '.join(parts)})" if parts else ""
+        fixed = {c for c, _ in self.static}
+        columns = [c for c in ("id", "ds", "region", "v") if c not in fixed]
+        index = {"id": 0, "ds": 1, "region": 2, "v": 3}
+        rows = [tuple(row[index[c]] for c in columns) for row in self.rows]
+        values = _values(rows)  # type: ignore[arg-type]
+        return f"{verb} {self.table}{partition} SELECT * FROM VALUES {values} AS src({', '.join(columns)})"
+
+    def shrinks(self) -> Iterator[Statement]:
+        for i in range(len(self.rows)):
+            if len(self.rows) > 1:
+                yield dataclasses.replace(self, rows=self.rows[:i] + self.rows[i + 1 :])
+        if self.dynamic_mode:
+            yield dataclasses.replace(self, dynamic_mode=False)
+
+    def session_settings(self) -> dict[str, str]:
+        return {"spark.sql.sources.partitionOverwriteMode": "dynamic"} if self.dynamic_mode else {}
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """``CALL <catalog>.system.rewrite_data_files(table => ..., where => ...)`` rewriting every
+    file its filter selects (``rewrite-all``)."""
+
+    table: str
+    where: Pred | None
+
+    def sql(self) -> str:
+        catalog, db, name = self.table.split(".")
+        where = "" if self.where is None else f', where => "{render(self.where, "")}"'
+        return (f"CALL {catalog}.system.rewrite_data_files(table => '{db}.{name}'{where}, "
+                "options => map('rewrite-all', 'true'))")
+
+    def shrinks(self) -> Iterator[Statement]:
+        for where in _shrink_optional(self.where):
+            yield dataclasses.replace(self, where=where)
+
+
+@dataclass(frozen=True)
+class ReplaceWhere:
+    """Delta's ``INSERT INTO t REPLACE WHERE p SELECT ...``: delta-rs's overwrite with a predicate."""
+
+    table: str
+    where: Pred
+    rows: tuple[Row, ...]
+
+    def sql(self) -> str:
+        rows, empty = (self.rows, "") if self.rows else (((0, DAYS[0], REGIONS[0], 0),), " WHERE FALSE")
+        return (f"INSERT INTO {self.table} REPLACE WHERE {render(self.where, '')} "
+                f"SELECT * FROM VALUES {_values(rows)} AS src(id, ds, region, v){empty}")
+
+    def shrinks(self) -> Iterator[Statement]:
+        for where in pred_shrinks(self.where):
+            yield dataclasses.replace(self, where=where)
+        for i in range(len(self.rows)):
+            yield dataclasses.replace(self, rows=self.rows[:i] + self.rows[i + 1 :])
+
+
+Statement = Update | Delete | Merge | Insert | Rewrite | ReplaceWhere
+
+
+# ---------------------------------------------------------------- the generator
+
+
+class StatementGenerator:
+    """Random statements from a seeded ``random.Random``. ``dialect`` ``spark`` uses all of Spark
+    SQL the generator knows (``DATE`` literals, INSERT, ``rewrite_data_files``); ``deltars`` the
+    subset delta-rs runs (DataFusion predicates; DELETE, UPDATE, MERGE, REPLACE WHERE)."""
+
+    def __init__(self, rng: random.Random, dialect: str, tables: Sequence[str]) -> None:
+        self.rng, self.dialect, self.tables = rng, dialect, tuple(tables)
+
+    # -- values
+    def day(self, odd: bool = True) -> str:
+        r = self.rng.random()
+        if odd and r < 0.08:
+            return self.rng.choice(["2024-01-04", "2023-12-31"])
+        if odd and r < 0.12:
+            return self.rng.choice(["2024-1-2", "2024-01-1"])  # another spelling of a day
+        return self.rng.choice(DAYS)
+
+    def region(self, odd: bool = True) -> str:
+        r = self.rng.random()
+        if odd and r < 0.08:
+            return self.rng.choice(["sa", "af"])
+        if odd and r < 0.12:
+            return self.rng.choice(["EU", "e", "u"])
+        return self.rng.choice(REGIONS)
+
+    def value(self, column: str, odd: bool = True) -> str:
+        return self.day(odd) if column == "ds" else self.region(odd)
+
+    def literal(self, column: str) -> str:
+        value = self.value(column)
+        if column == "ds" and self.dialect == "spark" and value in DAYS and self.rng.random() < 0.1:
+            return self.rng.choice([f"DATE '{value}'", f"CAST('{value}' AS DATE)"])
+        return f"'{value}'"
+
+    # -- predicates
+    def atom(self, side: str = "{t}") -> Atom:
+        rng, q = self.rng, side
+        r = rng.random()
+        column = rng.choice(PARTITION_COLUMNS)
+        c = f"{q}{column}"
+        if r < 0.30:
+            op = rng.choice(["=", "=", "=", "<>", "<", "<=", ">", ">="])
+            lit = self.literal(column)
+            return Atom(f"{c} {op} {lit}" if rng.random() < 0.8 else f"{lit} {_flip(op)} {c}")
+        if r < 0.45:
+            values = ", ".join(self.literal(column) for _ in range(rng.randint(1, 3)))
+            return Atom(f"{c} {'NOT IN' if rng.random() < 0.25 else 'IN'} ({values})")
+        if r < 0.52:
+            low, high = sorted([self.value(column, odd=False), self.value(column, odd=False)])
+            return Atom(f"{c} {'NOT ' if rng.random() < 0.2 else ''}BETWEEN '{low}' AND '{high}'")
+        if r < 0.56:
+            return Atom(f"{c} IS {'NOT ' if rng.random() < 0.5 else ''}NULL")
+        if r < 0.70:
+            op = rng.choice(["=", "<>", "<", ">", ">="])
+            other = rng.choice(["id", "v"])
+            return Atom(f"{q}{other} {op} {rng.randint(0, 12) if other == 'id' else rng.randint(0, 4)}")
+        if r < 0.76:
+            ids = ", ".join(str(rng.choice(BASE_IDS)) for _ in range(rng.randint(1, 4)))
+            return Atom(f"{q}id IN ({ids})")
+        functions = [
+            f"upper({q}region) = '{self.region().upper()}'",
+            f"lower({q}region) IN ('{self.region()}', '{self.region()}')",
+            f"substr({q}ds, 1, 7) = '2024-01'",
+            f"substr({q}ds, 9, 2) = '0{rng.randint(1, 4)}'",
+            f"length({q}region) = 2",
+            f"coalesce({q}region, 'zz') = '{self.region()}'",
+            f"concat({q}ds, {q}region) = '{self.day()}{self.region()}'",
+            f"{q}ds = {q}region",
+        ]
+        return Atom(rng.choice(functions))
+
+    def pred(self, depth: int = 0, side: str = "{t}") -> Pred:
+        r = self.rng.random()
+        if depth >= 3 or r < 0.45:
+            return self.atom(side)
+        if r < 0.70:
+            return And(tuple(self.pred(depth + 1, side) for _ in range(self.rng.randint(2, 3))))
+        if r < 0.90:
+            return Or(tuple(self.pred(depth + 1, side) for _ in range(self.rng.randint(2, 3))))
+        return Not(self.pred(depth + 1, side))
+
+    def pinning(self, side: str = "{t}") -> Pred:
+        """A predicate that usually pins a partition (so the footprint is not the whole table)."""
+        rng = self.rng
+        column = rng.choice(PARTITION_COLUMNS)
+        c = f"{side}{column}"
+        r = rng.random()
+        if r < 0.5:
+            first: Pred = Atom(f"{c} = {self.literal(column)}")
+        elif r < 0.75:
+            first = Atom(f"{c} IN ({', '.join(self.literal(column) for _ in range(rng.randint(1, 3)))})")
+        elif r < 0.9:
+            first = Atom(f"{c} {rng.choice(['<', '<=', '>', '>='])} {self.literal(column)}")
+        else:
+            first = Or((Atom(f"{c} = {self.literal(column)}"), Atom(f"{c} = {self.literal(column)}")))
+        if rng.random() < 0.6:
+            return And((first, self.pred(1, side)))
+        return first
+
+    # -- assignments
+    def partition_value(self, column: str, t: str, merge: bool, by_source: bool = False) -> str:
+        rng = self.rng
+        r = rng.random()
+        if r < 0.45:
+            return self.literal(column)
+        if r < 0.60:
+            return f"CASE WHEN {t}v > {rng.randint(0, 4)} THEN {self.literal(column)} ELSE {t}{column} END"
+        if r < 0.75:
+            return f"{t}{column}"
+        if r < 0.85 and merge and not by_source:
+            return f"s.{column}"
+        if r < 0.92:
+            return rng.choice([f"upper({t}{column})", f"concat({t}{column}, '')", f"{t}{'region' if column == 'ds' else 'ds'}"])
+        return "NULL"
+
+    def sets(self, merge: bool, by_source: bool = False) -> tuple[tuple[str, str], ...]:
+        rng = self.rng
+        out: list[tuple[str, str]] = []
+        for column in PARTITION_COLUMNS:
+            if rng.random() < 0.35:
+                out.append((column, self.partition_value(column, "{t}", merge, by_source)))
+        if rng.random() < 0.8 or not out:
+            out.append(("v", rng.choice(["{t}v + 1", "0"] + ([] if by_source or not merge else ["s.v"]))))
+        rng.shuffle(out)
+        return tuple(out)
+
+    # -- rows
+    def rows(self, count: int, unique_base: bool = True) -> tuple[Row, ...]:
+        rng = self.rng
+        ids = rng.sample(BASE_IDS, k=min(count, len(BASE_IDS))) if unique_base else []
+        out: list[Row] = []
+        for i in range(count):
+            known = ids[i] if i < len(ids) and rng.random() < 0.6 else 100 + rng.randint(0, 50) * 10 + i
+            region: str | None = None if rng.random() < 0.05 else self.region()
+            out.append((known, self.day(), region, rng.randint(0, 9)))
+        seen: set[int] = set()
+        return tuple(r for r in out if not (r[0] in seen or seen.add(r[0])))  # type: ignore[func-returns-value]
+
+    # -- statements
+    def statement(self) -> Statement:
+        rng, table = self.rng, self.rng.choice(self.tables)
+        kinds = ["merge"] * 5 + ["update"] * 3 + ["delete"] * 2
+        kinds += ["insert"] * 2 + ["rewrite"] if self.dialect == "spark" else ["replace_where"]
+        kind = rng.choice(kinds)
+        if kind == "update":
+            alias = rng.choice([None, None, "x"])
+            where = self.pinning() if rng.random() < 0.8 else (self.pred() if rng.random() < 0.9 else None)
+            return Update(table, alias, self.sets(merge=False), where)
+        if kind == "delete":
+            return Delete(table, self.pinning() if rng.random() < 0.8 else self.pred())
+        if kind == "merge":
+            return self.merge(table)
+        if kind == "insert":
+            return self.insert(table)
+        if kind == "rewrite":
+            return Rewrite(table, self.pinning() if rng.random() < 0.85 else None)
+        # delta-rs refuses rows outside the predicate: often none (a delete by overwrite).
+        return ReplaceWhere(table, self.pinning(), self.rows(rng.choice([0, 0, 1, 2])))
+
+    def merge(self, table: str) -> Merge:
+        rng = self.rng
+        alias = "t" if rng.random() < 0.8 or self.dialect == "deltars" else None
+        on_parts: list[Pred] = [Atom("{t}id = s.id")]
+        if rng.random() < 0.9:
+            on_parts.append(self.pinning())
+        for column in PARTITION_COLUMNS:
+            if rng.random() < 0.3:
+                on_parts.append(Atom(f"{{t}}{column} = s.{column}"))
+        if rng.random() < 0.1:
+            on_parts.append(self.pred())
+        rng.shuffle(on_parts)
+        on: Pred = And(tuple(on_parts)) if len(on_parts) > 1 else on_parts[0]
+        if rng.random() < 0.05:
+            on = Or((on, self.atom()))
+        whens: dict[str, list[When]] = {"matched": [], "not_matched": [], "by_source": []}
+        for _ in range(rng.randint(1, 4)):
+            kind = rng.choice(["matched", "matched", "not_matched", "by_source"])
+            conditional = rng.random() < 0.5
+            if kind == "matched":
+                cond = self.pred(1) if conditional else None
+                if rng.random() < 0.3:
+                    whens[kind].append(When(kind, "delete", cond))
+                else:
+                    star = rng.random() < 0.15
+                    whens[kind].append(When(kind, "update", cond, None if star else self.sets(merge=True)))
+            elif kind == "by_source":
+                cond = (self.pinning() if rng.random() < 0.8 else self.pred(1)) if conditional or rng.random() < 0.5 else None
+                if rng.random() < 0.5:
+                    whens[kind].append(When(kind, "delete", cond))
+                else:
+                    whens[kind].append(When(kind, "update", cond, self.sets(merge=True, by_source=True)))
+            else:
+                cond = self.pred(1, side="s.") if conditional else None
+                whens[kind].append(When(kind, "insert", cond, self.inserted()))
+        ordered: list[When] = []
+        for kind in ("matched", "not_matched", "by_source"):
+            # Spark: only the last clause of a kind may omit its condition.
+            group = sorted(whens[kind], key=lambda w: w.condition is None)
+            ordered += [w for i, w in enumerate(group) if w.condition is not None or i == len(group) - 1]
+        rng.shuffle(ordered)
+        return Merge(table, alias, self.rows(rng.randint(2, 5)), on, tuple(ordered))
+
+    def inserted(self) -> tuple[tuple[str, str], ...] | None:
+        rng = self.rng
+        if rng.random() < 0.12:
+            return None  # INSERT *
+        out: list[tuple[str, str]] = [("id", "s.id"), ("v", "s.v")]
+        for column in PARTITION_COLUMNS:
+            r = rng.random()
+            if r < 0.75:
+                out.append((column, self.literal(column)))
+            elif r < 0.92:
+                out.append((column, f"s.{column}"))
+            # else: left out (NULL)
+        rng.shuffle(out)
+        return tuple(out)
+
+    def insert(self, table: str) -> Insert:
+        rng = self.rng
+        overwrite = rng.random() < 0.5
+        static: list[tuple[str, str]] = []
+        dynamic: list[str] = []
+        for column in PARTITION_COLUMNS:
+            r = rng.random()
+            if r < 0.55:
+                static.append((column, self.value(column)))
+            elif r < 0.75:
+                dynamic.append(column)
+        return Insert(table, overwrite, tuple(static), tuple(dynamic), self.rows(rng.randint(1, 3), False),
+                      dynamic_mode=overwrite and rng.random() < 0.5)
+
+
+def _flip(op: str) -> str:
+    return {"<": ">", ">": "<", "<=": ">=", ">=": "<="}.get(op, op)
+
+
+# ---------------------------------------------------------------- the containment check
+
+
+def _number(text: str) -> decimal.Decimal | None:
+    try:
+        number = decimal.Decimal(text)
+    except decimal.InvalidOperation:
+        return None
+    return number if number.is_finite() else None
+
+
+def _order(a: str, b: str) -> int | None:
+    """-1, 0, 1; ``None`` when one is a number and the other is not (they do not compare)."""
+    x, y = _number(a), _number(b)
+    if (x is None) != (y is None):
+        return None
+    left, right = (x, y) if x is not None else (a, b)
+    return (left > right) - (left < right)  # type: ignore[operator]
+
+
+def value_holds(constraint: Any, raw: str | None) -> bool:
+    """Whether a derived spec's constraint (a canonical value or a range) holds the partition
+    value ``raw`` the engine recorded (``None``: a null partition, which no literal names)."""
+    if raw is None:
+        return False
+    value = canonical_value("value", raw)
+    if isinstance(constraint, str):
+        return value == constraint
+    lower, upper = constraint.lower, constraint.upper
+    if lower is not None:
+        order = _order(value, str(lower))
+        if order is not None and (order < 0 or (order == 0 and not constraint.lower_inclusive)):
+            return False
+    if upper is not None:
+        order = _order(value, str(upper))
+        if order is not None and (order > 0 or (order == 0 and not constraint.upper_inclusive)):
+            return False
+    return True
+
+
+def outside(derived: DerivedWrite, touched: set[Partition]) -> set[Partition]:
+    """The touched partitions the derived footprint does not hold."""
+    if derived.partitions is None:
+        return set()
+    found = set()
+    for partition in touched:
+        values = dict(zip(PARTITION_COLUMNS, partition, strict=True))
+        held = any(
+            all(value_holds(constraint, values[column.lower()]) for column, constraint in spec.items())
+            for spec in derived.partitions
+        )
+        if not held:
+            found.add(partition)
+    return found
+
+
+# ---------------------------------------------------------------- engines
+
+
+class Rejected(Exception):
+    """The engine refused the statement (an analysis or runtime error of its own)."""
+
+
+class Engine(Protocol):
+    name: str
+
+    def touched(self, statement: Statement) -> set[Partition]:
+        """Run ``statement`` from the base table state; the partitions of every file it added or
+        removed; the table is back in its base state afterwards. ``Rejected`` if the engine
+        refuses it."""
+        ...
+
+
+def _spark_error(exc: BaseException) -> bool:
+    name = type(exc).__name__
+    return name in ("AnalysisException", "ParseException", "IllegalArgumentException", "Py4JJavaError",
+                    "SparkRuntimeException", "UnsupportedOperationException", "PythonException",
+                    "NumberFormatException", "ArithmeticException", "SparkUpgradeException") \
+        or type(exc).__module__.startswith(("pyspark", "py4j"))
+
+
+class IcebergOnSpark:
+    """Two Iceberg tables (copy-on-write and merge-on-read, format v2) in one Spark session,
+    reset to their base snapshot after every statement (``rollback_to_snapshot``)."""
+
+    name = "iceberg"
+
+    def __init__(self, spark: Any, database: str = "lake.db", prefix: str = "fz") -> None:
+        self.spark = spark
+        self.tables = (f"{database}.{prefix}_cow", f"{database}.{prefix}_mor")
+        self.base: dict[str, int] = {}
+        self.base_files: dict[str, dict[str, Partition]] = {}
+        self.commits = 0
+        for table in self.tables:
+            self._create(table)
+
+    def _create(self, table: str) -> None:
+        spark = self.spark
+        spark.sql(f"DROP TABLE IF EXISTS {table}")
+        mode = "merge-on-read" if table.endswith("_mor") else "copy-on-write"
+        spark.sql(
+            f"CREATE TABLE {table} (id BIGINT, ds STRING, region STRING, v INT) USING iceberg "
+            f"PARTITIONED BY (ds, region) TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='{mode}', "
+            f"'write.update.mode'='{mode}', 'write.merge.mode'='{mode}')"
+        )
+        half = len(BASE_ROWS) // 2
+        for rows in (BASE_ROWS[:half], BASE_ROWS[half:]):  # two files in most partitions
+            spark.sql(f"INSERT INTO {table} VALUES {_values(rows)}")
+        self.base[table] = self._current(table)
+        self.base_files[table] = self._files(table)
+
+    def _current(self, table: str) -> int:
+        rows = self.spark.sql(
+            f"SELECT snapshot_id FROM {table}.history WHERE is_current_ancestor ORDER BY made_current_at DESC LIMIT 1"
+        ).collect()
+        return int(rows[0][0])
+
+    def _files(self, table: str) -> dict[str, Partition]:
+        rows = self.spark.sql(f"SELECT file_path, partition.ds, partition.region FROM {table}.files").collect()
+        return {r[0]: (r[1], r[2]) for r in rows}
+
+    def touched(self, statement: Statement) -> set[Partition]:
+        table, spark = statement.table, self.spark
+        settings = statement.session_settings() if isinstance(statement, Insert) else {}
+        try:
+            for key, value in settings.items():
+                spark.conf.set(key, value)
+            try:
+                spark.sql(statement.sql()).collect()
+            except Exception as exc:
+                if _spark_error(exc):
+                    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+                    raise Rejected(f"{type(exc).__name__}: {lines[0][:300] if lines else ''}") from None
+                raise
+        finally:
+            for key in settings:
+                spark.conf.unset(key)
+        before, after = self.base_files[table], self._files(table)
+        changed = {p for f, p in after.items() if f not in before} | {p for f, p in before.items() if f not in after}
+        if not changed:
+            return changed  # no commit, or one that changed no file: the table is as it was
+        table_name = table.split(".", 1)[1]
+        spark.sql(f"CALL {table.split('.')[0]}.system.rollback_to_snapshot('{table_name}', {self.base[table]})")
+        self.commits += 1
+        if self.commits % 150 == 0:
+            for name in self.tables:  # keep the metadata small: it is rewritten on every commit
+                self._create(name)
+        return changed
+
+
+class DeltaRs:
+    """A delta-rs table copied from a template (two files in most partitions) for every statement;
+    what a statement did is read from the ``_delta_log`` JSON of the versions it committed."""
+
+    name = "deltars"
+
+    def __init__(self, workdir: Path) -> None:
+        import pyarrow as pa  # optional heavy dependency
+        from deltalake import write_deltalake  # optional heavy dependency
+
+        self.pa = pa
+        self.workdir = Path(workdir)
+        self.template = self.workdir / "template"
+        shutil.rmtree(self.template, ignore_errors=True)
+        half = len(BASE_ROWS) // 2
+        for rows in (BASE_ROWS[:half], BASE_ROWS[half:]):
+            write_deltalake(str(self.template), self._arrow(rows), partition_by=list(PARTITION_COLUMNS), mode="append")
+        self.base_version = 1
+        self.tables = ("db.fz",)
+        self.counter = 0
+
+    def _arrow(self, rows: Sequence[Row]) -> Any:
+        pa = self.pa
+        schema = pa.schema([("id", pa.int64()), ("ds", pa.string()), ("region", pa.string()), ("v", pa.int64())])
+        return pa.Table.from_pylist([dict(zip(("id", "ds", "region", "v"), r, strict=True)) for r in rows], schema=schema)
+
+    def touched(self, statement: Statement) -> set[Partition]:
+        from deltalake import DeltaTable, write_deltalake  # optional heavy dependency
+
+        self.counter += 1
+        path = self.workdir / f"t{self.counter % 4}"
+        shutil.rmtree(path, ignore_errors=True)
+        shutil.copytree(self.template, path)
+        table = DeltaTable(str(path))
+        try:
+            self._run(statement, table, write_deltalake, str(path))
+        except (AssertionError, NameError, TypeError, AttributeError, KeyError):
+            raise  # a mistake of this module, not the engine's refusal
+        except Exception as exc:  # delta-rs raises its own, DataFusion's and Arrow's errors
+            first = str(exc).splitlines()[0][:300] if str(exc) else ""
+            raise Rejected(f"{type(exc).__name__}: {first}") from None
+        touched: set[Partition] = set()
+        log = path / "_delta_log"
+        version = self.base_version + 1
+        while (log / f"{version:020d}.json").exists():
+            for line in (log / f"{version:020d}.json").read_text().splitlines():
+                action = json.loads(line)
+                for key in ("add", "remove"):
+                    if key in action:
+                        values = action[key].get("partitionValues") or {}
+                        touched.add((values.get("ds"), values.get("region")))
+            version += 1
+        return touched
+
+    def _run(self, statement: Statement, table: Any, write: Callable[..., Any], path: str) -> None:
+        if isinstance(statement, Delete):
+            table.delete(None if statement.where is None else render(statement.where, ""))
+        elif isinstance(statement, Update):
+            table.update(updates={c: render(Atom(e), "") for c, e in statement.sets},
+                         predicate=None if statement.where is None else render(statement.where, ""))
+        elif isinstance(statement, ReplaceWhere):
+            write(path, self._arrow(statement.rows), mode="overwrite", predicate=render(statement.where, ""))
+        elif isinstance(statement, Merge):
+            t = statement.qualifier()
+            merger = table.merge(self._arrow(statement.source), predicate=render(statement.on, t),
+                                 source_alias="s", target_alias="t")
+            for when in statement.whens:
+                cond = None if when.condition is None else render(when.condition, t)
+                sets = None if when.sets is None else {c: render(Atom(e), t) for c, e in when.sets}
+                if when.kind == "matched" and when.action == "delete":
+                    merger = merger.when_matched_delete(predicate=cond)
+                elif when.kind == "matched":
+                    merger = (merger.when_matched_update_all(predicate=cond) if sets is None
+                              else merger.when_matched_update(updates=sets, predicate=cond))
+                elif when.kind == "not_matched":
+                    merger = (merger.when_not_matched_insert_all(predicate=cond) if sets is None
+                              else merger.when_not_matched_insert(updates=sets, predicate=cond))
+                elif when.action == "delete":
+                    merger = merger.when_not_matched_by_source_delete(predicate=cond)
+                else:
+                    merger = merger.when_not_matched_by_source_update(updates=sets or {}, predicate=cond)
+            merger.execute()
+        else:
+            raise AssertionError(f"delta-rs runs no {type(statement).__name__}")
+
+
+# ---------------------------------------------------------------- the loop
+
+
+@dataclass
+class Finding:
+    statement: Statement
+    sql: str
+    derived: dict[str, Any]
+    outside: set[Partition]
+    touched: set[Partition]
+
+    def describe(self) -> str:
+        settings = self.statement.session_settings() if isinstance(self.statement, Insert) else {}
+        pre = "".join(f"SET {k}={v};\n" for k, v in settings.items())
+        return (f"{pre}{self.sql}\n  derived partitions: {self.derived['partitions']}\n"
+                f"  touched: {sorted(self.touched, key=str)}\n  outside the footprint: {sorted(self.outside, key=str)}\n"
+                f"  why: {self.derived['why']}")
+
+
+@dataclass
+class Tally:
+    engine: str
+    seed: int
+    generated: int = 0
+    refused: int = 0
+    whole_table: int = 0  # derived as the whole table: holds anything, not run
+    run: int = 0  # run on the engine and checked (including rejected)
+    rejected: int = 0
+    no_change: int = 0
+    contained: int = 0
+    narrower: list[Finding] = field(default_factory=list)
+    seconds: float = 0.0
+    rejections: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine, "seed": self.seed, "generated": self.generated, "refused": self.refused,
+            "whole_table_not_run": self.whole_table, "run": self.run, "rejected_by_engine": self.rejected,
+            "no_change": self.no_change, "contained": self.contained, "narrower": len(self.narrower),
+            "seconds": round(self.seconds, 1),
+        }
+
+
+def check(statement: Statement, engine: Engine) -> tuple[str, Any]:
+    """``("refused", error)``, ``("whole", derived)``, ``("rejected", message)``,
+    ``("contained", touched)`` or ``("narrower", Finding)``."""
+    sql = statement.sql()
+    try:
+        derived = derive_write(sql, list(PARTITION_COLUMNS))
+    except InvalidDeclarationError as exc:
+        return "refused", str(exc)
+    if derived.partitions is None:
+        return "whole", derived
+    try:
+        touched = engine.touched(statement)
+    except Rejected as exc:
+        return "rejected", str(exc)
+    missing = outside(derived, touched)
+    if missing:
+        return "narrower", Finding(statement, sql, derived.to_json(), missing, touched)
+    return "contained", touched
+
+
+def shrink(statement: Statement, engine: Engine, budget: int = 200) -> Finding:
+    """Greedily the smallest statement that still touches a partition outside its footprint."""
+    verdict, found = check(statement, engine)
+    assert verdict == "narrower", verdict
+    tries = 0
+    progress = True
+    while progress and tries < budget:
+        progress = False
+        for smaller in found.statement.shrinks():
+            tries += 1
+            verdict, result = check(smaller, engine)
+            if verdict == "narrower":
+                found, progress = result, True
+                break
+            if tries >= budget:
+                break
+    return found
+
+
+def fuzz(engine: Engine, seed: int, count: int, dialect: str,
+         progress: Callable[[Tally], None] | None = None, shrink_findings: bool = True) -> Tally:
+    rng = random.Random(seed)
+    generator = StatementGenerator(rng, dialect, engine.tables)  # type: ignore[attr-defined]
+    tally = Tally(engine.name, seed)
+    start = time.perf_counter()
+    for _ in range(count):
+        statement = generator.statement()
+        tally.generated += 1
+        verdict, result = check(statement, engine)
+        if verdict == "refused":
+            tally.refused += 1
+        elif verdict == "whole":
+            tally.whole_table += 1
+        else:
+            tally.run += 1
+            if verdict == "rejected":
+                tally.rejected += 1
+                kind = result.split(":")[0][:80]
+                tally.rejections[kind] = tally.rejections.get(kind, 0) + 1
+            elif verdict == "narrower":
+                tally.narrower.append(shrink(statement, engine) if shrink_findings else result)
+            elif not result:
+                tally.no_change += 1
+                tally.contained += 1
+            else:
+                tally.contained += 1
+        if progress is not None and tally.generated % 50 == 0:
+            tally.seconds = time.perf_counter() - start
+            progress(tally)
+    tally.seconds = time.perf_counter() - start
+    return tally
+
+
+def summaries(tallies: Mapping[str, Tally]) -> list[dict[str, Any]]:
+    return [t.summary() for t in tallies.values()]
