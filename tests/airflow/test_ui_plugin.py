@@ -96,11 +96,11 @@ def client(raced):
         yield c
 
 
-def token(role: str) -> dict[str, str]:
+def token(role: str | None, username: str | None = None) -> dict[str, str]:
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
 
-    jwt = get_auth_manager().generate_jwt(SimpleAuthManagerUser(username=f"a-{role}", role=role))
+    jwt = get_auth_manager().generate_jwt(SimpleAuthManagerUser(username=username or f"a-{role}", role=role))
     return {"Authorization": f"Bearer {jwt}"}
 
 
@@ -217,3 +217,119 @@ def test_live_leases_and_queue_and_release_needs_edit_permission(client, raced):
     finally:
         store.release(held)
         store.cancel(waiter)
+
+
+# ----------------------------------------------------------------- issue 24: lease history by DAG
+
+OTHER_DAG = "ui_other_team"
+OTHER = '''
+import pendulum
+from airflow.sdk import DAG
+from airflow.providers.standard.operators.python import PythonOperator
+
+with DAG("{dag_id}", schedule=None, start_date=pendulum.datetime(2024, 1, 1)):
+    PythonOperator(task_id="noop", python_callable=lambda: None)
+'''
+
+
+class OneDagReader:
+    """Airflow's simple auth manager, except that user ``reads-a`` may read DAG ``DAG_ID`` and
+    nothing else: what FAB or Keycloak give a user with per-DAG permissions (neither is installed
+    here). Every other user gets the simple auth manager's own answer."""
+
+    USER = "reads-a"
+
+    @staticmethod
+    def install(monkeypatch: pytest.MonkeyPatch) -> None:
+        from airflow.api_fastapi import app as airflow_app
+        from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
+
+        class Manager(SimpleAuthManager):
+            def is_authorized_dag(self, *, method, user, access_entity=None, details=None):
+                if user.get_name() == OneDagReader.USER:  # a viewer of DAG A alone
+                    return method == "GET" and details is not None and details.id == DAG_ID
+                return super().is_authorized_dag(method=method, user=user, access_entity=access_entity,
+                                                 details=details)
+
+        manager = Manager()
+        manager.init()
+        monkeypatch.setattr(airflow_app._AuthManagerState, "instance", manager)
+
+
+@pytest.fixture(scope="module")
+def spans_of_two_dags(raced, airflow_home):
+    """Leases of DAG A (``DAG_ID``), of a second DAG B, and of a script (no DAG), each granted and
+    released in the run's store with its history recorded; DAG B is a real DAG in the metadata DB."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    other_file = airflow_home / "dags" / "test_ui_plugin_other.py"
+    other_file.write_text(OTHER.format(dag_id=OTHER_DAG))
+    dag = DagBag(dag_folder=str(other_file)).dags[OTHER_DAG]
+    assert str(getattr(dag.test().state, "value", "")) == "success"
+    store = LeaseStore.from_url(raced["url"], history=True)
+    holders = {
+        "a": Holder(dag_id=DAG_ID, task_id="compact_a", run_id="manual__a", try_number=1),
+        "b": Holder(dag_id=OTHER_DAG, task_id="compact_b", run_id="manual__b", try_number=1),
+        "script": Holder(),
+    }
+    fences = {}
+    for name, holder in holders.items():
+        lease = store.try_acquire(LeaseRequest.create("ui.history", "optimize", "delta-rs", [{"ds": name}],
+                                                      holder=holder))
+        assert lease is not None
+        fences[name] = lease.fence
+        store.release(lease)
+    # The oracle: the store's own events name the holder of each grant.
+    grants = {e["fence"]: e for e in store.history_events("ui.history") if e["kind"] == "grant"}
+    assert grants[fences["a"]]["dag_id"] == DAG_ID and grants[fences["b"]]["dag_id"] == OTHER_DAG
+    assert grants[fences["script"]]["dag_id"] is None
+    yield fences
+    store.dispose()
+
+
+def _span_fences(body: dict) -> dict[str, int]:
+    return {e["fence"]: e["dag_id"] for e in body["entries"] if e["kind"] == "lease" and e["table"] == "ui.history"}
+
+
+def test_lease_history_is_shown_only_for_the_dags_the_reader_may_read(client, spans_of_two_dags, monkeypatch):
+    fences = spans_of_two_dags
+    # A reader of every DAG (the simple auth manager's viewer) sees all three, each with its DAG.
+    everything = client.get("/api/timeline", headers=token("viewer"), params={"table": "ui.history"}).json()
+    assert _span_fences(everything) == {fences["a"]: DAG_ID, fences["b"]: OTHER_DAG, fences["script"]: None}
+    # Under a DAG filter, a span now says which DAG it is of.
+    only_b = client.get("/api/timeline", headers=token("viewer"), params={"table": "ui.history", "dag_id": OTHER_DAG})
+    assert _span_fences(only_b.json()) == {fences["b"]: OTHER_DAG}
+
+    OneDagReader.install(monkeypatch)
+    reads_a = token("viewer", OneDagReader.USER)  # a viewer, but of DAG A only
+    body = client.get("/api/timeline", headers=reads_a, params={"table": "ui.history"})
+    assert body.status_code == 200, body.text
+    # DAG B's lease is not this reader's to see, nor the script's (it may be any DAG's).
+    assert _span_fences(body.json()) == {fences["a"]: DAG_ID}
+    page = client.get("/", headers=reads_a, params={"table": "ui.history"})
+    assert page.status_code == 200
+    assert f'data-dag="{DAG_ID}"' in page.text and "compact_a" in page.text
+    assert OTHER_DAG not in page.text and "compact_b" not in page.text
+    spans = page.text.count('data-testid="lease-span-row"')
+    assert spans == 1, page.text
+    # Asking for DAG B by name is Airflow's own 403; its writes and spans never reach this reader.
+    assert client.get("/api/timeline", headers=reads_a, params={"dag_id": OTHER_DAG}).status_code == 403
+    assert client.get("/", headers=reads_a, params={"dag_id": OTHER_DAG}).status_code == 403
+    # DAG A's own write is still this reader's.
+    writes = [e for e in client.get("/api/timeline", headers=reads_a).json()["entries"] if e["kind"] == "write"]
+    assert {w["dag_id"] for w in writes} == {DAG_ID}
+
+
+def test_a_user_who_may_read_no_dag_is_refused(client, monkeypatch):
+    OneDagReader.install(monkeypatch)
+    response = client.get("/api/timeline", headers=token(None, "nobody"))
+    assert response.status_code == 403 and "read at least one DAG" in response.text
+
+
+@pytest.mark.parametrize("map_index", ["--1", "-2", "1.5", "x", "99999999999999999999", "2147483648", "٣"])
+@pytest.mark.parametrize("route", ["/api/write", "/write", "/"])
+def test_a_map_index_that_is_not_one_answers_400_naming_what_is_right(client, raced, route, map_index):
+    params = {"dag_id": DAG_ID, "run_id": raced["run_id"], "task_id": "merge", "map_index": map_index}
+    response = client.get(route, headers=token("viewer"), params=params)
+    assert response.status_code == 400, response.text
+    assert "map_index must be -1 (not mapped) or a whole number from 0 to 2147483647" in response.text

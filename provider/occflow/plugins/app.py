@@ -1,11 +1,12 @@
 """The "Table writes" FastAPI app, mounted by the api-server under ``/occflow``.
 
 Every route sits behind Airflow's own authentication and authorization (a plugin's FastAPI app
-is not protected by default): the app-wide dependency ``requires_access_dag("GET")`` resolves
-the user from the ``Authorization: Bearer`` JWT or the UI's session cookie (401 without one,
-403 for an invalid token or a user who may not read DAGs), and every row is then limited to
-the DAGs the user may read. The view only reads; releasing a lease needs edit (``PUT``)
-permission on the holder's DAG.
+is not protected by default): the app-wide dependency ``requires_reading_dags`` resolves the
+user from the ``Authorization: Bearer`` JWT or the UI's session cookie (401 without one, 403 for
+an invalid token, a user who may read no DAG, or a ``dag_id`` the user may not read), and every
+row is then limited to the DAGs the user may read. A lease the store cannot name a DAG for is
+shown only to a user who may read every DAG. The view only reads; releasing a lease needs edit
+(``PUT``) permission on the holder's DAG.
 
 Routes (under the mount prefix):
 
@@ -20,6 +21,7 @@ Routes (under the mount prefix):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Annotated, Any
@@ -29,7 +31,7 @@ from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
 from airflow.api_fastapi.common.db.common import SessionDep
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag
 from airflow.models.dag import DagModel
-from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, status
+from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse
 
 from ..core.errors import OccflowError
@@ -56,8 +58,37 @@ def lease_store() -> tuple[LeaseStore | None, str, str | None]:
     return store, store.engine.url.render_as_string(hide_password=True), None
 
 
-def _readable(user: Any) -> data.Readable:
-    return get_auth_manager().get_authorized_dag_ids(user=user, method="GET").__contains__
+@dataclass(frozen=True)
+class Reader:
+    """What one user may read: the DAGs, one by one, and whether every DAG (the auth manager,
+    asked about no DAG in particular, says yes: FAB's permission on all DAGs, the simple auth
+    manager's viewer role and above). Only a reader of every DAG sees the lease spans no DAG
+    can be named for: they may belong to any DAG."""
+
+    readable: data.Readable
+    every_dag: bool
+
+
+def _reader(user: Any) -> Reader:
+    manager = get_auth_manager()
+    return Reader(
+        readable=manager.get_authorized_dag_ids(user=user, method="GET").__contains__,
+        every_dag=bool(manager.is_authorized_dag(method="GET", user=user)),
+    )
+
+
+def requires_reading_dags(request: Request, user: GetUserDep) -> None:
+    """The app-wide check: a request that names a DAG (``?dag_id=``) gets Airflow's own check on
+    that DAG; any other request needs a user who may read some DAG (every row it gets is then
+    limited to those). ``requires_access_dag("GET")`` alone asks about no DAG in particular,
+    which an auth manager with per-DAG permissions grants only to readers of every DAG."""
+    if request.query_params.get("dag_id"):
+        requires_access_dag("GET")(request, user)
+        return
+    manager = get_auth_manager()
+    if manager.is_authorized_dag(method="GET", user=user) or manager.get_authorized_dag_ids(user=user, method="GET"):
+        return
+    raise HTTPException(status.HTTP_403_FORBIDDEN, "the Table writes view needs permission to read at least one DAG")
 
 
 def _may_edit(user: Any, dag_id: str | None) -> bool:
@@ -78,11 +109,30 @@ def _filters(dag_id: str | None, table: str | None, limit: int, run_id: str | No
     return filters
 
 
+#: The largest map index a task instance can have (Airflow stores it as a 32-bit integer).
+MAX_MAP_INDEX = 2**31 - 1
+#: What the UI leaves in the link of a task instance that is not mapped.
+UNMAPPED = ("", "{MAP_INDEX}", "-1")
+
+
+def map_index_of(text: str | None) -> int:
+    """The map index a query names: ``-1`` (not mapped, also for the UI's unfilled
+    ``{MAP_INDEX}``) or ``0..MAX_MAP_INDEX``; anything else is a 400 that says what is right."""
+    if text is None or text.strip() in UNMAPPED:
+        return -1
+    value = text.strip()
+    if value.isascii() and value.isdigit() and len(value) <= 10 and int(value) <= MAX_MAP_INDEX:
+        return int(value)
+    raise HTTPException(
+        status.HTTP_400_BAD_REQUEST,
+        f"map_index must be -1 (not mapped) or a whole number from 0 to {MAX_MAP_INDEX}, got {value[:40]!r}",
+    )
+
+
 def _focus(dag_id: str | None, run_id: str | None, task_id: str | None, map_index: str | None) -> dict[str, Any] | None:
+    index = map_index_of(map_index)  # checked even when the focus is incomplete: a bad value is never ignored
     if not (dag_id and run_id and task_id):
         return None
-    # The UI leaves "{MAP_INDEX}" in the link of a task instance that is not mapped.
-    index = int(map_index) if map_index and map_index.lstrip("-").isdigit() else -1
     return {"dag_id": dag_id, "run_id": run_id, "task_id": task_id, "map_index": index}
 
 
@@ -91,11 +141,11 @@ TableFilter = Annotated[str | None, Query(description="only this table (any spel
 Limit = Annotated[int, Query(ge=1, le=data.MAX_LIMIT, description="at most this many timeline entries")]
 
 
-def _tables(store: LeaseStore | None, user: Any, filters: data.Filters) -> tuple[list[dict[str, Any]], str | None]:
+def _tables(store: LeaseStore | None, reader: Reader, filters: data.Filters) -> tuple[list[dict[str, Any]], str | None]:
     if store is None:
         return [], None
     try:
-        return data.live_tables(store, _readable(user), filters), None
+        return data.live_tables(store, reader.readable, filters), None
     except LeaseStoreError as exc:
         return [], str(exc)
 
@@ -106,7 +156,7 @@ router = APIRouter()
 @router.get("/api/tables")
 def tables(user: GetUserDep, dag_id: DagFilter = None, table: TableFilter = None) -> dict[str, Any]:
     store, url, error = lease_store()
-    found, read_error = _tables(store, user, _filters(dag_id, table, 1))
+    found, read_error = _tables(store, _reader(user), _filters(dag_id, table, 1))
     return {"store": url, "store_error": error or read_error, "tables": found}
 
 
@@ -120,7 +170,9 @@ def timeline(
     run_id: Annotated[str | None, Query(description="only this DAG run's writes")] = None,
 ) -> dict[str, Any]:
     store, url, error = lease_store()
-    result = data.timeline(store, session, _readable(user), _filters(dag_id, table, limit, run_id))
+    reader = _reader(user)
+    result = data.timeline(store, session, reader.readable, _filters(dag_id, table, limit, run_id),
+                           reads_every_dag=reader.every_dag)
     return {"store": url, "store_error": error, **result}
 
 
@@ -128,12 +180,15 @@ def timeline(
 def write(
     user: GetUserDep, session: SessionDep, dag_id: str, run_id: str, task_id: str, map_index: str = "-1"
 ) -> dict[str, Any]:
-    store, _url, _error = lease_store()
     focus = _focus(dag_id, run_id, task_id, map_index)
-    found = data.timeline(store, session, _readable(user), _filters(dag_id, None, data.MAX_LIMIT), focus)["entries"]
+    store, _url, _error = lease_store()
+    reader = _reader(user)
+    found = data.timeline(store, session, reader.readable, _filters(dag_id, None, data.MAX_LIMIT), focus,
+                          reads_every_dag=reader.every_dag)["entries"]
     if not found:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no occflow write for {dag_id}.{task_id} in run {run_id}")
-    return found[0]
+    entry: dict[str, Any] = found[0]
+    return entry
 
 
 @router.post("/api/leases/{lease_id}/release")
@@ -167,11 +222,12 @@ def view(
     task_id: str | None = None,
     map_index: str | None = None,
 ) -> HTMLResponse:
-    store, url, error = lease_store()
+    focus = _focus(dag_id, run_id, task_id, map_index)
     filters = _filters(dag_id, table, limit, run_id)
-    readable = _readable(user)
-    found, read_error = _tables(store, user, filters)
-    result = data.timeline(store, session, readable, filters)
+    store, url, error = lease_store()
+    reader = _reader(user)
+    found, read_error = _tables(store, reader, filters)
+    result = data.timeline(store, session, reader.readable, filters, reads_every_dag=reader.every_dag)
     writes = [e for e in result["entries"] if e["kind"] == "write"]
     html = page.render(
         {
@@ -181,7 +237,7 @@ def view(
             "store_url": url or "not configured",
             "store_error": error or read_error,
             "can_release": _may_edit(user, None),
-            "focus": _focus(dag_id, run_id, task_id, map_index),
+            "focus": focus,
             "dag_ids": sorted({e["dag_id"] for e in writes}),
             "table_names": sorted({e["table"] for e in result["entries"] if e.get("table")}),
             "now": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
@@ -201,11 +257,11 @@ def task_write(
 
 
 def create_app() -> FastAPI:
-    """The app: every route needs a user who may read DAGs (``requires_access_dag("GET")``)."""
+    """The app: every route needs a user who may read DAGs (``requires_reading_dags``)."""
     app = FastAPI(
         title="occflow: table writes",
         description="Live leases, waiting writes and the conflicts of recent writes, per table.",
-        dependencies=[Depends(requires_access_dag("GET"))],
+        dependencies=[Depends(requires_reading_dags)],
         # No unauthenticated schema or docs pages: every route of the app needs a user.
         docs_url=None,
         redoc_url=None,

@@ -168,8 +168,9 @@ def live_tables(store: LeaseStore, readable: Readable, filters: Filters) -> list
 
 
 def lease_spans(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One span per lease from the recorded events: when its request queued, when it was granted
-    and how it ended (``release`` / ``expire`` / ``takeover``, ``None`` while live)."""
+    """One span per lease from the recorded events: its holder (from the grant), when its
+    request queued, when it was granted and how it ended (``release`` / ``expire`` /
+    ``takeover``, ``None`` while live)."""
     enqueued: dict[str, float] = {}
     spans: dict[str, dict[str, Any]] = {}
     for e in sorted(events, key=lambda ev: ev["seq"]):
@@ -178,9 +179,16 @@ def lease_spans(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             enqueued.setdefault(request_id, e["at"])
         elif kind == "grant" and lease_id:
             asked = enqueued.get(request_id, e["at"])
+            task_id, map_index = _task_of(e.get("task_id") or "")
             spans[lease_id] = {
                 "lease_id": lease_id,
                 "request_id": request_id,
+                # The grant's holder: ``None`` when the store did not record it (a script's
+                # lease, or an event from before holders were kept).
+                "dag_id": e.get("dag_id") or None,
+                "task_id": task_id or None,
+                "map_index": map_index,
+                "run_id": e.get("run_id") or None,
                 "table": e["table_name"],
                 "operation": e["operation"],
                 "profile": e["profile"],
@@ -373,24 +381,43 @@ def _link(writes: Sequence[dict[str, Any]], spans: Sequence[dict[str, Any]]) -> 
     return [s for s in spans if s["lease_id"] not in used]
 
 
+def span_visible(
+    span: Mapping[str, Any], readable: Readable, filters: Filters, reads_every_dag: bool = False
+) -> bool:
+    """Whether a reader sees a lease span: its holder's DAG must be one the reader may read (and
+    the one the filters ask for). A span no DAG can be named for (a script's lease, an event
+    recorded before the store kept holders) is shown only to a reader of every DAG, and only
+    when no DAG or run is asked for: it may be any DAG's lease."""
+    if not filters.wants_table(span["table"]):
+        return False
+    dag_id = span.get("dag_id")
+    if dag_id is None:
+        return reads_every_dag and not filters.dag_id and not filters.run_id
+    if filters.run_id and span.get("run_id") != filters.run_id:
+        return False
+    return filters.wants_dag(dag_id) and readable(dag_id)
+
+
 def timeline(
     store: LeaseStore | None, session: Any, readable: Readable, filters: Filters,
-    task: Mapping[str, Any] | None = None,
+    task: Mapping[str, Any] | None = None, reads_every_dag: bool = False,
 ) -> dict[str, Any]:
     """Recent writes (with their lost attempts and their lease) and leases no write report
-    claims (a write that was skipped or failed, a script's lease), newest first."""
+    claims (a write that was skipped or failed, a script's lease), newest first. Only what the
+    reader may read: ``readable`` DAGs, and spans no DAG can be named for only when
+    ``reads_every_dag`` (the auth manager says the reader may read every DAG)."""
     writes = airflow_writes(session, readable, filters, task)
     history_error = None
-    spans: list[dict[str, Any]] = []
+    recorded: list[dict[str, Any]] = []
     if store is not None:
         try:
-            spans = [s for s in lease_spans(store.history_events(filters.table_key)) if filters.wants_table(s["table"])]
+            recorded = lease_spans(store.history_events(filters.table_key))
         except LeaseStoreError as exc:
             history_error = str(exc)
+    spans = [s for s in recorded if span_visible(s, readable, filters, reads_every_dag)]
     unclaimed = _link(writes, spans)
     entries = list(writes)
-    if task is None and not filters.dag_id and not filters.run_id:
-        # A span knows no DAG (events record no holder): shown only when no DAG filter applies.
+    if task is None:
         entries += [{"kind": "lease", "at": s["ended_at"] or s["granted_at"], **_span_view(s)} for s in unclaimed]
     entries.sort(key=lambda e: e["at"] or 0.0, reverse=True)
     entries = entries[: filters.limit]
@@ -398,7 +425,7 @@ def timeline(
         e["at"] = _iso(e["at"])
     return {
         "entries": entries,
-        "history": bool(spans),
+        "history": bool(recorded),  # whether the store records history at all, not what this reader sees
         "history_error": history_error,
         "totals": _totals(e for e in entries if e["kind"] == "write"),
     }

@@ -46,7 +46,7 @@ def _bars(entries: Sequence[Mapping[str, Any]]) -> dict[int, dict[str, float]]:
     for i, e in enumerate(entries):
         start = e.get("started_at") or e.get("granted_at")
         end = e.get("ended_at") or start
-        if start:
+        if start and end:
             spans[i] = (datetime.fromisoformat(start).timestamp(), datetime.fromisoformat(end).timestamp())
     if not spans:
         return {}
@@ -146,8 +146,9 @@ _TEMPLATE = _env.from_string(
  <td colspan="3" class="muted">{% if c.seconds is not none %}engine call {{ '%.1f' % c.seconds }} s. {% endif %}{{ (c.reason or '')[:140] }}</td>
 </tr>{% endfor %}
 {% else %}
-<tr data-testid="lease-span-row" data-table="{{ e.table }}">
- <td class="nowrap" title="{{ e.at }}">{{ e.at | when }}</td><td class="muted">lease</td><td class="muted">{{ e.lease_id[:8] }}</td><td>{{ e.table }}</td><td>{{ e.operation }}</td><td>{{ e.partitions | partitions }}</td>
+<tr data-testid="lease-span-row" data-table="{{ e.table }}" data-dag="{{ e.dag_id or '' }}" data-task="{{ e.task_id or '' }}">
+ <td class="nowrap" title="{{ e.at }}">{{ e.at | when }}</td><td class="muted">lease{% if e.dag_id %}<br>{{ e.dag_id }}{% endif %}</td>
+ <td class="muted">{% set u = ti_url(e) %}{% if u %}<a href="{{ u }}" target="_top">{{ e.task_id }}{% if e.map_index >= 0 %}[{{ e.map_index }}]{% endif %}</a>{% else %}{{ e.lease_id[:8] }}{% endif %}</td><td>{{ e.table }}</td><td>{{ e.operation }}</td><td>{{ e.partitions | partitions }}</td>
  <td>{{ e.ended_by or 'live' }}</td><td></td><td></td>
  <td>fence {{ e.fence }}, waited {{ '%.1f' % e.waited_seconds }} s{% if e.held_seconds is not none %}, held {{ '%.1f' % e.held_seconds }} s{% endif %}</td><td></td>
  <td><div class="bar">{% if loop.index0 in bars %}<span style="left:{{ '%.2f' % bars[loop.index0].left }}%;width:{{ '%.2f' % bars[loop.index0].width }}%;background:#9aa5b1"></span>{% endif %}</div></td>
