@@ -16,6 +16,7 @@ from ..core.report import WriteReport
 from ..engines.deltars.target import DeltaJob, DeltaRsTarget, DeltaRsWrite, new_table_schema
 from ..hooks.spark import default_delta_location
 from .base import OccflowWriteOperator
+from .lineage import path_dataset
 
 #: The matrix delta-rs really implements (``docs/engines-deltars.md``): the operator's default
 #: profile, and the one admission checks for corrupting pairs whatever the task declares.
@@ -186,6 +187,9 @@ class DeltaWriteOperator(OccflowWriteOperator):
         arrow, partition_by = self._new_table_schema(declaration)
         if target.create(arrow, partition_by):
             self.log.info("created %s at %s (partitioned by %s)", self.table, self.path, partition_by or "nothing")
+
+    def openlineage_location(self) -> tuple[str, str, tuple[str, str] | None]:
+        return path_dataset(self.path, self.table, self.derived_location)
 
     def commit_url(self, report: WriteReport) -> str | None:
         """The committed version's file in the table's Delta log (``WriteCommitLink``)."""

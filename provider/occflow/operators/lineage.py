@@ -70,6 +70,13 @@ class OpenLineageMixin:
 
     #: This try's write report; the write flow publishes it (``OccflowWriteOperator.publish_report``).
     occflow_report: WriteReport | None = None
+    # What the mixin reads of the write operator it is mixed into (``OccflowWriteOperator``).
+    table: str
+    operation: str
+    profile: str
+    partitions: Any
+    engine_name: str
+    occflow_write: Any
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         return self._openlineage_lineage(task_instance, failed=False)
@@ -87,7 +94,7 @@ class OpenLineageMixin:
         Not the XCom: the provider extracts in a forked child of the task process, where an
         XCom read through ``dag.test()``'s in-process API server hangs until the provider's
         ``execution_timeout`` kills the child and the event is lost."""
-        kept = getattr(self, "occflow_report", None)
+        kept = self.occflow_report
         if isinstance(kept, WriteReport):
             return kept
         if failed:
@@ -104,23 +111,10 @@ class OpenLineageMixin:
 
     def openlineage_location(self) -> tuple[str, str, tuple[str, str] | None]:
         """``(namespace, name, table)`` of the written dataset, after the OpenLineage naming spec;
-        ``table`` is ``(namespace, identifier)`` for a ``symlinks`` facet, or ``None``.
-
-        A table at a path (delta-rs) is named by that path; a table in a catalog (Spark) by its
-        identifier in the namespace of the catalog's warehouse location."""
-        table = str(self.table)  # type: ignore[attr-defined]
-        path = getattr(self, "path", None)
-        if isinstance(path, str) and path:
-            namespace, name = dataset_of_location(path)
-            # The table's name lives in the warehouse its location was derived under
-            # (``<root>/<db>/<table>``, engines/deltars/location.py), else beside its path.
-            depth = len(unquoted_parts(table)) if getattr(self, "derived_location", False) else 1
-            warehouse = location_uri(path).rsplit("/", depth)[0]
-            return namespace, name, (warehouse, table)
-        session_config = getattr(self, "session_config", None)
-        if callable(session_config):
-            return (*spark_table_location(session_config(), table), None)
-        return f"occflow://{getattr(self, 'engine_name', 'unknown')}", table, None
+        ``table`` is ``(namespace, identifier)`` for a ``symlinks`` facet, or ``None``. Each
+        write operator says where its table is (``path_dataset`` / ``spark_table_location``);
+        this default names the table under its engine."""
+        return f"occflow://{self.engine_name}", str(self.table), None
 
     # ------------------------------------------------------------------ the facets
 
@@ -139,7 +133,7 @@ class OpenLineageMixin:
             dataset_facets["symlinks"] = facets.SymlinksDatasetFacet(
                 identifiers=[facets.Identifier(namespace=table[0], name=table[1], type="TABLE")]
             )
-        layer = STORAGE_LAYER.get(self.occflow_write.profile.table_format)  # type: ignore[attr-defined]
+        layer = STORAGE_LAYER.get(self.occflow_write.profile.table_format)
         if layer is not None:
             dataset_facets["storage"] = facets.StorageDatasetFacet(
                 storageLayer=layer, fileFormat="parquet" if layer == "delta" else None
@@ -179,12 +173,11 @@ class OpenLineageMixin:
                 "version": report.version,
                 "snapshotId": report.snapshot_id,
             }
-        declared = self.occflow_write  # type: ignore[attr-defined]
         return {
-            "operation": str(getattr(self, "operation", declared.operation.value)),
-            "profile": str(getattr(self, "profile", declared.profile.name)),
-            "engine": str(getattr(self, "engine_name", "unknown")),
-            "partitions": _partition_list(getattr(self, "partitions", None)),
+            "operation": str(self.operation),
+            "profile": str(self.profile),
+            "engine": str(self.engine_name),
+            "partitions": _partition_list(self.partitions),
             "committed": False,
             "version": None,
             "snapshotId": None,
@@ -232,6 +225,16 @@ def winner_fields(winner: Mapping[str, Any] | None) -> dict[str, Any] | None:
         "tryNumber": winner.get("try_number"),
     }
     return {k: v for k, v in fields.items() if v is not None}
+
+
+def path_dataset(path: str, table: str, derived_location: bool) -> tuple[str, str, tuple[str, str]]:
+    """A table at a path (delta-rs), named by that path; its name lives in the warehouse its
+    location was derived under (``<root>/<db>/<table>``, engines/deltars/location.py), else
+    beside its path."""
+    namespace, name = dataset_of_location(path)
+    depth = len(unquoted_parts(table)) if derived_location else 1
+    warehouse = location_uri(path).rsplit("/", depth)[0]
+    return namespace, name, (warehouse, table)
 
 
 def location_uri(location: str) -> str:

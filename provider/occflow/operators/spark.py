@@ -19,6 +19,7 @@ from ..engines.spark.target import SparkJob, SparkTarget, spark_engine
 from ..hooks.spark import DEFAULT_CONN_ID, OccflowSparkHook
 from .base import OccflowWriteOperator
 from .derived import settle
+from .lineage import spark_table_location
 
 _TEMPLATE_MARK = ("{{", "{%")
 
@@ -185,6 +186,9 @@ class SparkWriteOperator(OccflowWriteOperator):
         statement = self._target(declaration).create(
             self.schema or {}, self._partition_columns(declaration), self.task_id)
         self.log.info("ensured the table exists: %s", statement)
+
+    def openlineage_location(self) -> tuple[str, str, tuple[str, str] | None]:
+        return (*spark_table_location(self.session_config(), self.table), None)
 
     def session_config(self) -> dict[str, Any]:
         if self.spark_config is not None:

@@ -32,6 +32,7 @@ from ..engines.spark.submit_target import SparkSubmitTarget
 from ..engines.target import AttemptContext
 from ..hooks.spark import DEFAULT_CONN_ID, OccflowSparkHook, embedded_home
 from .base import OccflowWriteOperator
+from .lineage import spark_table_location
 from .spark import (
     SqlText,
     checked_sql,
@@ -183,6 +184,9 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
     def get_job_result(self, external_id: Any, context: Any) -> Any:
         outcome = read_outcome(str(external_id))
         return None if outcome is None else outcome.to_json()
+
+    def openlineage_location(self) -> tuple[str, str, tuple[str, str] | None]:
+        return (*spark_table_location(self.session_config(), self.table), None)
 
     def session_config(self) -> dict[str, Any]:
         if self.spark_config is not None:
