@@ -70,6 +70,7 @@ def reports(draw: st.DrawFn) -> WriteReport:
                                                    fence=st.none() | st.integers(1, 99), reason=_text),
                                          max_size=2))),
         committed_by=draw(st.none() | _text),
+        table_key=draw(st.none() | _name),
     )
 
 

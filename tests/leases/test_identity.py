@@ -73,3 +73,51 @@ def test_an_append_beside_an_update_is_refused_on_delta_rs_though_the_declared_m
     assert other.decide(
         _request("db.u", "insert_into", {"ds": "1"}, task="b", profile="delta-write-serializable")
     ).granted
+
+
+def _delta_write(tmp_path, task_id: str, table: str, path: str):
+    from occflow.operators.delta import DeltaWriteOperator
+
+    return DeltaWriteOperator(task_id=task_id, table=table, path=path, operation="optimize",
+                              partitions={"ds": "1"})
+
+
+@pytest.mark.parametrize(
+    "spell",
+    [
+        lambda p: str(p),
+        lambda p: str(p) + "/",
+        lambda p: f"file://{p}",
+        lambda p: str(p.parent / "." / p.name),
+        lambda p: str(p.parent / "sub" / ".." / p.name),
+        "symlink",
+    ],
+)
+def test_one_delta_table_under_two_names_meets_the_same_leases(store_url, tmp_path, spell):
+    """Two delta-rs tasks that name different tables for one ``path`` write one directory:
+    admission keeps them apart by where the table is, not by its name (two OPTIMIZEs of one
+    partition duplicate its rows on delta-rs)."""
+    place = tmp_path / "events"
+    place.mkdir()
+    if spell == "symlink":
+        (tmp_path / "alias").symlink_to(place)
+        other = str(tmp_path / "alias")
+    else:
+        other = spell(place)
+    first = _delta_write(tmp_path, "a", "db.events", str(place)).declare()
+    second = _delta_write(tmp_path, "b", "reporting.events_v2", other).declare()
+    assert first.table_key == second.table_key
+    store = LeaseStore.from_url(store_url)
+    holder = {"dag_id": "d", "run_id": "r"}
+    assert store.decide(LeaseRequest.from_declaration(first, holder=Holder(task_id="a", **holder), ttl=30)).granted
+    refused = store.decide(LeaseRequest.from_declaration(second, holder=Holder(task_id="b", **holder), ttl=30))
+    assert not refused.granted, "one directory under two names was admitted twice"
+
+
+def test_two_delta_tables_at_different_paths_with_one_name_are_two_tables(store_url, tmp_path):
+    first = _delta_write(tmp_path, "a", "db.events", str(tmp_path / "one")).declare()
+    second = _delta_write(tmp_path, "b", "db.events", str(tmp_path / "two")).declare()
+    store = LeaseStore.from_url(store_url)
+    holder = {"dag_id": "d", "run_id": "r"}
+    assert store.decide(LeaseRequest.from_declaration(first, holder=Holder(task_id="a", **holder), ttl=30)).granted
+    assert store.decide(LeaseRequest.from_declaration(second, holder=Holder(task_id="b", **holder), ttl=30)).granted

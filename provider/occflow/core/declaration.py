@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidDeclarationError, InvalidFootprintError
-from .identifiers import canonical_table, shown, table_parts
+from .identifiers import canonical_location, canonical_table, shown, table_parts
 from .operations import Operation
 from .profiles import Cell, Profile, get_profile
 from .ranges import canonical_spec_value, key_value_parts
@@ -82,6 +82,9 @@ class WriteDeclaration:
     # DeltaWriteOperator), whatever profile the task declares: admission refuses the pairs this
     # profile says corrupt data even when the declared profile says they do not.
     engine_profile: str | None = None
+    # Where the table is, when the engine writes a location (delta-rs's ``path``): then that
+    # place, not the name, is the table to admission (two names for one path are one table).
+    location: str | None = None
 
     def __repr__(self) -> str:
         """One line: the profile by name (its matrix is tens of KB of cells)."""
@@ -90,14 +93,17 @@ class WriteDeclaration:
         extra = "".join(
             f", {name}={value!r}" for name, value in (
                 ("reads_whole_table", self.reads_whole_table or None), ("catalog", self.catalog),
-                ("engine_profile", self.engine_profile)) if value is not None
+                ("engine_profile", self.engine_profile), ("location", self.location)) if value is not None
         )
         return (f"WriteDeclaration({self.operation.value} on {self.table!r} [{where}], "
                 f"profile={self.profile.name!r}{extra})")
 
     @property
     def table_key(self) -> str:
-        """The table's canonical identity (see ``core.identifiers.canonical_table``)."""
+        """The table's canonical identity: its location when the declaration has one
+        (``core.identifiers.canonical_location``), else its name (``canonical_table``)."""
+        if self.location is not None:
+            return canonical_location(self.location)
         return canonical_table(self.table, self.catalog)
 
     @classmethod
@@ -185,6 +191,7 @@ class WriteDeclaration:
             "reads_whole_table": self.reads_whole_table,
             "catalog": self.catalog,
             "engine_profile": self.engine_profile,
+            "location": self.location,
         }
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import os
+import posixpath
 import re
 import reprlib
 from typing import Any
@@ -93,6 +95,38 @@ def canonical_table(table: str, catalog: str | None = None) -> str:
     if catalog and len(parts) == 2:
         parts.insert(0, _unquote(table_parts(catalog)[0]).lower())
     return ".".join(p if _PLAIN_RE.fullmatch(p) else "`" + p.replace("`", "``") + "`" for p in parts)
+
+
+_SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "gcs": "gs", "file": "file"}
+
+
+def canonical_location(location: str) -> str:
+    """A table's identity when the engine knows where it is (delta-rs writes a path): one
+    spelling per place. Local paths become absolute ``file://`` URIs with ``.`` / ``..`` and
+    repeated or trailing slashes gone; object-store URIs keep their bucket and key, the scheme
+    and host lower-cased (``s3a://`` is ``s3://``). Symlinks are the caller's to resolve."""
+    text = str(location).strip()
+    if not text or "\x00" in text:
+        raise InvalidDeclarationError(f"invalid table location {shown(location)}: an empty or binary path")
+    scheme, sep, rest = text.partition("://")
+    if not sep or scheme.lower() == "file":
+        path = rest if sep else text
+        return "file://" + posixpath.normpath(posixpath.join("/", os.path.abspath(path)))
+    scheme = _SCHEME_ALIASES.get(scheme.lower(), scheme.lower())
+    host, _, key = rest.partition("/")
+    key = posixpath.normpath("/" + key) if key else "/"
+    return f"{scheme}://{host.lower()}{key.rstrip('/') or ''}"
+
+
+def is_canonical_location(text: str) -> bool:
+    """Whether ``text`` is a table location as ``canonical_location`` spells it (a lease's table
+    may be one); a table name never is (a name with ``:`` or ``/`` is refused)."""
+    if not isinstance(text, str) or "://" not in text:
+        return False
+    try:
+        return canonical_location(text) == text
+    except InvalidDeclarationError:
+        return False
 
 
 def canonical_value(column: str, value: Any) -> str:

@@ -125,6 +125,8 @@ class WriteReport:
     observed_footprint: Mapping[str, Any] | None = None
     footprint_exceeded: Mapping[str, Any] | None = None
     engine_details: Mapping[str, Any] = field(default_factory=dict)  # e.g. ``maxcompute``
+    #: The table's identity to admission when it is a location (delta-rs): its leases' table.
+    table_key: str | None = None
 
     @property
     def committed(self) -> bool:
@@ -170,6 +172,7 @@ class WriteReport:
             "committed_by": self.committed_by,
             "observed_footprint": None if self.observed_footprint is None else dict(self.observed_footprint),
             "footprint_exceeded": None if self.footprint_exceeded is None else dict(self.footprint_exceeded),
+            "table_key": self.table_key,
         }
         for key, value in self.engine_details.items():
             data[key] = value
@@ -218,6 +221,7 @@ class WriteReport:
             observed_footprint=r.opt_mapping("observed_footprint") or None,
             footprint_exceeded=r.opt_mapping("footprint_exceeded") or None,
             engine_details={k: v for k, v in data.items() if k not in known},
+            table_key=r.opt_str("table_key"),
         )
 
     @staticmethod
@@ -233,7 +237,7 @@ _KNOWN_KEYS = frozenset(
         "format", "status", "table", "operation", "profile", "partitions", "engine", "committed", "version",
         "snapshot_id", "rows", "seconds", "attempts", "conflicts", "decisions", "lost_attempts",
         "wasted_seconds", "tag", "error", "fence", "lease_lost", "committed_by", "observed_footprint",
-        "footprint_exceeded",
+        "footprint_exceeded", "table_key",
     }
 )
 

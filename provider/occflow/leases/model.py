@@ -24,7 +24,7 @@ import pendulum
 from ..core.declaration import WriteDeclaration, partition_key
 from ..core.errors import InvalidDeclarationError, InvalidFootprintError, OccflowError
 from ..core.footprint import footprints_overlap, parse_partition_key
-from ..core.identifiers import canonical_table, shown
+from ..core.identifiers import canonical_table, is_canonical_location, shown
 from ..core.operations import Operation
 from ..core.profiles import Profile, footprint_reach, get_profile, operations_conflict
 
@@ -237,8 +237,9 @@ class LeaseRequest:
         request_id: str | None = None,
     ) -> LeaseRequest:
         """Validate table, profile, operation and footprint; errors say what would be right.
-        The table is kept as its canonical identity (``core.identifiers.canonical_table``)."""
-        table = canonical_table(table)
+        The table is kept as its canonical identity: a location already made canonical by the
+        declaration (``canonical_location``, delta-rs writes a path), else the canonical name."""
+        table = table if is_canonical_location(table) else canonical_table(table)
         # Named before the profile reads them, so a hostile name gets a short error naming it.
         for what, value, kind in (("profile", profile, Profile), ("operation", operation, Operation)):
             if not isinstance(value, (str, kind)) or (isinstance(value, str) and not 0 < len(value) <= 64):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
@@ -125,6 +126,8 @@ class DeltaWriteOperator(OccflowWriteOperator):
         try:
             if self.derived_location:
                 self.path = default_delta_location(self.table)  # a symlink may have appeared since parse
+            # The table is where delta-rs writes it: two names for one path are one table to admission.
+            declaration = replace(declaration, location=_resolved(self.path))
             target = self._target()
             if self.create_if_missing:
                 self._create_table(target, declaration)
@@ -198,6 +201,13 @@ class DeltaWriteOperator(OccflowWriteOperator):
     def table_history_url(self, report: WriteReport) -> str | None:
         """The table's Delta log, every commit in it (``TableHistoryLink``)."""
         return self._target().log_url()
+
+
+def _resolved(path: str) -> str:
+    """A local path with its symlinks resolved (one directory, one identity); a URI as given."""
+    if "://" in path and not path.startswith("file://"):
+        return path
+    return str(Path(path.removeprefix("file://")).resolve())
 
 
 def _delta_rs_defaults(kwargs: Mapping[str, Any]) -> dict[str, Any]:

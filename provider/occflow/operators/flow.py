@@ -323,6 +323,7 @@ class WriteFlow:
             lease_lost=tuple(history.lease_losses),
             committed_by=tag.get("committed_by"),
             engine_details=self.target.report_details(declaration, outcome),
+            table_key=None if declaration.location is None else declaration.table_key,
         )
 
     def _end(
