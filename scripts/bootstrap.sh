@@ -20,14 +20,21 @@ fi
 
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
+  echo "bootstrap: creating .venv with $("$PY" --version 2>&1)"
   "$PY" -m venv .venv
 fi
 if [ ! -x .venv/bin/uv ]; then
+  echo "bootstrap: installing uv (the installer) into .venv"
   .venv/bin/pip install -q "uv==0.13.8"
 fi
 stamp=.venv/.occflow-lock-stamp
 if [ ! -f "$stamp" ] || ! cmp -s requirements.lock "$stamp"; then
+  echo "bootstrap: installing $(grep -c '^[A-Za-z0-9]' requirements.lock) Python packages from requirements.lock" \
+    "(Airflow, PySpark and Iceberg's jars, delta-rs, pyodps, ...: a few minutes on a fresh machine)"
   .venv/bin/uv pip install -q --python .venv/bin/python -r requirements.lock
   .venv/bin/uv pip install -q --python .venv/bin/python --no-deps -e .
+  # The build's metadata left beside the sources would be a second copy of the distribution on
+  # the import path: Airflow would load occflow's plugin twice ("already registered").
+  rm -rf provider/*.egg-info
   cp requirements.lock "$stamp"
 fi

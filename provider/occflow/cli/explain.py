@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tabulate import tabulate
-
 from ..core.declaration import partition_key
 from ..core.errors import InvalidDeclarationError
 from ..core.footprint import footprints_overlap
@@ -42,6 +40,8 @@ from ..core.sqlread import (
     split_statements,
 )
 from ..core.tablefacts import TableFacts
+from ..engines import deltars as deltars_engine  # its modules load on first use (--delta-location)
+from ..engines import spark as spark_engine  # its modules load on first use (--spark)
 from ..engines.maxcompute.sql import read_maxcompute_write
 from . import SUBCOMMANDS
 
@@ -165,21 +165,15 @@ def table_facts(args: argparse.Namespace, table: str) -> TableFacts:
             + "--table-format FORMAT (with --partition-columns), --delta-location PATH, or --spark / --spark-conf"
         )
     if args.delta_location:
-        # delta-rs (deltalake) loads only for --delta-location: `occflow explain` starts without it
-        from ..engines.deltars.facts import deltars_table_facts
-
         options = pairs(args.storage_option, "--storage-option") or None
         try:
-            return deltars_table_facts(args.delta_location, options, table)
+            return deltars_engine.deltars_table_facts(args.delta_location, options, table)
         except InvalidDeclarationError:
             raise
         except Exception as exc:  # noqa: BLE001 - delta-rs's errors (no table there, no access) end the command
             raise InvalidDeclarationError(f"cannot read the Delta table at {args.delta_location}: {exc}") from exc
     if spark:
-        # pyspark, pydantic and the session settings load only for --spark (see the deltalake note)
-        from ..engines.spark.facts import spark_table_facts
-
-        return spark_table_facts(spark_session(pairs(args.spark_conf, "--spark-conf")), table)
+        return spark_engine.spark_table_facts(spark_session(pairs(args.spark_conf, "--spark-conf")), table)
     table_format, engine, implied = TABLE_FORMATS[args.table_format]
     columns = tuple(c.strip() for c in args.partition_columns.split(",") if c.strip())
     return TableFacts(table, table_format, engine, columns, {**implied, **pairs(args.property, "--property")})
@@ -188,9 +182,7 @@ def table_facts(args: argparse.Namespace, table: str) -> TableFacts:
 def spark_session(conf: dict[str, str]) -> Any:
     """A local session of occflow's embedded default config with ``conf`` on top (a running
     session of this process is reused when its catalog settings agree)."""
-    from ..engines.spark import SparkConfig, SparkEngine  # pyspark: only for --spark (as above)
-
-    return SparkEngine(SparkConfig(conf=conf, app_name="occflow-explain")).session()
+    return spark_engine.SparkEngine(spark_engine.SparkConfig(conf=conf, app_name="occflow-explain")).session()
 
 
 def pairs(items: Sequence[str], option: str) -> dict[str, str]:
@@ -334,6 +326,8 @@ def render_text(job: Explained, against: list[dict[str, Any]]) -> str:
          _outcome(_cell(job.profile, Operation(r["operation"]), d.operation)))
         for r in conflicts_with(job)
     ]
+    from tabulate import tabulate  # only the table format prints one (its import costs 0.1 s)
+
     table = tabulate(rows, headers=("operation", "", "this job commits first", "it commits first"),
                      tablefmt="simple", disable_numparse=True)
     lines += ["  " + line for line in table.splitlines()]

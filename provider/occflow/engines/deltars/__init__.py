@@ -4,23 +4,68 @@ table is used, so importing this package costs nothing where they are not instal
 
 from __future__ import annotations
 
-from .commit import COMMIT_ID_KEY, CommitOptions, ambient_commit, deltars_commit
-from .compaction import CompactionRace, duplicate_compaction
-from .conformance import (
-    OTHER_PARTITION,
-    PAIR_PARTITION,
-    DeltaRsPairRunner,
-    PairJobs,
-    conformance_meta,
-    conformance_runners,
-)
-from .errors import classify_error, error_info
-from .ledger import DeltaRsLedger
-from .log import DeltaLog, LoggedCommit
-from .predicates import Compare, Literal, Where, column, literal
-from .table import ENGINE, DeltaRsTable
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names below load on first use (``__getattr__``)
+    from .commit import COMMIT_ID_KEY, CommitOptions, ambient_commit, deltars_commit
+    from .compaction import CompactionRace, duplicate_compaction
+    from .conformance import (
+        OTHER_PARTITION,
+        PAIR_PARTITION,
+        DeltaRsPairRunner,
+        PairJobs,
+        conformance_meta,
+        conformance_runners,
+    )
+    from .errors import classify_error, error_info
+    from .facts import deltars_table_facts
+    from .ledger import DeltaRsLedger
+    from .log import DeltaLog, LoggedCommit
+    from .predicates import Compare, Literal, Where, column, literal
+    from .table import ENGINE, DeltaRsTable
+
+#: Each public name and the module that defines it. Loaded on first use: a caller that needs
+#: one reader (a trigger, ``occflow explain``) does not load the whole engine with it.
+_LAZY = {
+    "deltars_table_facts": ".facts",
+    "COMMIT_ID_KEY": ".commit",
+    "CommitOptions": ".commit",
+    "CompactionRace": ".compaction",
+    "Compare": ".predicates",
+    "DeltaLog": ".log",
+    "DeltaRsLedger": ".ledger",
+    "DeltaRsPairRunner": ".conformance",
+    "DeltaRsTable": ".table",
+    "ENGINE": ".table",
+    "Literal": ".predicates",
+    "LoggedCommit": ".log",
+    "OTHER_PARTITION": ".conformance",
+    "PAIR_PARTITION": ".conformance",
+    "PairJobs": ".conformance",
+    "Where": ".predicates",
+    "ambient_commit": ".commit",
+    "classify_error": ".errors",
+    "column": ".predicates",
+    "conformance_meta": ".conformance",
+    "conformance_runners": ".conformance",
+    "deltars_commit": ".commit",
+    "duplicate_compaction": ".compaction",
+    "error_info": ".errors",
+    "literal": ".predicates",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
+    "deltars_table_facts",
     "COMMIT_ID_KEY",
     "ENGINE",
     "OTHER_PARTITION",

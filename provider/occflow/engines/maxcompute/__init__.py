@@ -4,14 +4,44 @@ wait, versions, residue), MaxCompute's error texts, and a stand-in project for t
 
 from __future__ import annotations
 
-from .commits import maxcompute_commits
-from .errors import ResidueError
-from .facts import maxcompute_table_facts
-from .jobs import ProjectJobs
-from .ledger import MaxComputeJobs, MaxComputeLedger, maxcompute_hints
-from .sql import check_maxcompute_sql, read_maxcompute_write
-from .standin import StandInProject, open_standin
-from .writer import MaxComputeWrite
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names below load on first use (``__getattr__``)
+    from .commits import maxcompute_commits
+    from .errors import ResidueError
+    from .facts import maxcompute_table_facts
+    from .jobs import ProjectJobs
+    from .ledger import MaxComputeJobs, MaxComputeLedger, maxcompute_hints
+    from .sql import check_maxcompute_sql, read_maxcompute_write
+    from .standin import StandInProject, open_standin
+    from .writer import MaxComputeWrite
+
+#: Each public name and the module that defines it. Loaded on first use: a caller that needs
+#: one reader (a trigger, ``occflow explain``) does not load the whole engine with it.
+_LAZY = {
+    "MaxComputeJobs": ".ledger",
+    "MaxComputeLedger": ".ledger",
+    "MaxComputeWrite": ".writer",
+    "ProjectJobs": ".jobs",
+    "ResidueError": ".errors",
+    "StandInProject": ".standin",
+    "check_maxcompute_sql": ".sql",
+    "maxcompute_commits": ".commits",
+    "maxcompute_hints": ".ledger",
+    "maxcompute_table_facts": ".facts",
+    "open_standin": ".standin",
+    "read_maxcompute_write": ".sql",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "MaxComputeJobs",
