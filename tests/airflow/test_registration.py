@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import importlib
 import json
-import re
 import os
+import re
 import socket
 import subprocess
 import sys
