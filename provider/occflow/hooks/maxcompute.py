@@ -19,6 +19,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 
 from ..core.errors import InvalidDeclarationError
 from ..engines.maxcompute import open_standin
+from .extras import connection_extras
 
 try:  # the Alibaba provider is optional (the [maxcompute] extra installs it)
     from airflow.providers.alibaba.cloud.hooks.maxcompute import MaxComputeHook
@@ -85,7 +86,7 @@ class OccflowMaxComputeHook(BaseHook):
 
     def _own_client(self) -> Any:
         conn = self.get_connection(self.maxcompute_conn_id)
-        extras = conn.extra_dejson
+        extras = connection_extras(conn, self.maxcompute_conn_id)
         project, endpoint = self.project or extras.get("project"), self.endpoint or extras.get("endpoint")
         if not (conn.login and conn.password and project and endpoint):
             raise InvalidDeclarationError(

@@ -29,6 +29,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 
 from ..engines.deltars.location import table_location
 from ..engines.spark import SparkConfig, SparkConfigError
+from .extras import MAX_DEPTH, connection_extras, nesting_depth
 from .forms import SPARK_CONN_TYPE, SPARK_CONNECTION_FIELDS, SPARK_FIELD_BEHAVIOUR
 
 DEFAULT_CONN_ID = "occflow_spark_default"
@@ -81,11 +82,13 @@ def config_from_connection(host: str | None, extras: Mapping[str, Any]) -> dict[
     if flat:
         data["catalog"] = {**(data.get("catalog") or {}), **flat}
     if host and "master" not in data and "remote" not in data:
-        data["remote" if host.startswith("sc://") else "master"] = host
+        data["remote" if host.startswith("sc:") else "master"] = host
     return SparkConfig.from_dict(data).to_dict()
 
 
 def _json_field(key: str, value: str) -> Any:
+    if nesting_depth(value) > MAX_DEPTH:
+        raise SparkConfigError(f"extra {key!r} nests deeper than {MAX_DEPTH} levels: not a Spark setting")
     try:
         return json.loads(value)
     except json.JSONDecodeError as exc:
@@ -183,6 +186,6 @@ class OccflowSparkHook(BaseHook):
                 return SparkConfig().to_dict()
             raise
         try:
-            return config_from_connection(conn.host, conn.extra_dejson or {})
+            return config_from_connection(conn.host, connection_extras(conn, self.conn_id))
         except SparkConfigError as exc:  # say which connection's extras (or host) to mend
             raise SparkConfigError(f"connection {self.conn_id!r} (host or extras): {exc}", exc.problems) from None

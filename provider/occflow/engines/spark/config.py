@@ -27,7 +27,11 @@ from .settings import (
 TABLE_FORMATS = ("iceberg", "delta", "parquet", "hive")
 #: Spark's built-in catalog: where ``db.table`` resolves unless ``spark.sql.defaultCatalog`` says otherwise.
 SESSION_CATALOG = "spark_catalog"
-_SPARK_CONNECT_URL = re.compile(r"^sc://[^/\s]+")
+#: ``sc://host[:port][/;key=value;...]``, whole: no whitespace or control character anywhere (a
+#: newline in the URL would smuggle arguments into spark-submit and the Connect client).
+_SPARK_CONNECT_URL = re.compile(r"sc://[A-Za-z0-9.\-\[\]:]+(?:/(?:;[A-Za-z0-9_.\-]+=[^;\s\x00-\x1f\x7f]*)*)?")
+#: Nothing a master URL holds is whitespace or a control character.
+_NO_SPACE = re.compile(r"[^\s\x00-\x1f\x7f]+")
 
 __all__ = [
     "SESSION_CATALOG",
@@ -61,15 +65,21 @@ class SparkConfig(SparkSettings):
     @field_validator("master")
     @classmethod
     def _master_url(cls, value: str) -> str:
-        if not value:
-            raise ValueError(f"master must be a Spark master URL such as 'local[2]', got {value!r}")
+        if not value or not _NO_SPACE.fullmatch(value):
+            raise ValueError(
+                f"master must be a Spark master URL such as 'local[2]' or 'spark://host:7077' (no spaces or "
+                f"line breaks), got {value!r}"
+            )
         return value
 
     @field_validator("remote")
     @classmethod
     def _connect_url(cls, value: str | None) -> str | None:
-        if value is not None and not _SPARK_CONNECT_URL.match(value):
-            raise ValueError(f"remote must be a Spark Connect URL 'sc://host:port', got {value!r}")
+        if value is not None and not _SPARK_CONNECT_URL.fullmatch(value):
+            raise ValueError(
+                f"remote must be a Spark Connect URL 'sc://host:port' (optionally '/;key=value' parameters, no "
+                f"spaces or line breaks), got {value!r}"
+            )
         return value
 
     @field_validator("table_format")
