@@ -46,4 +46,4 @@ def test_unknown_profile_is_a_clear_cli_error():
         [sys.executable, "-m", "occflow.cli", "matrix", "delta-snapshot"], capture_output=True, text=True
     )
     assert proc.returncode == 2
-    assert "unknown profile 'delta-snapshot'" in proc.stderr and "delta-write-serializable" in proc.stderr
+    assert "unknown profile or table format 'delta-snapshot'" in proc.stderr and "delta-write-serializable" in proc.stderr

@@ -40,9 +40,12 @@ ON_A = "MERGE INTO db.t t USING s ON t.id = s.id AND t.ds = 'A' "
         ("WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED BY SOURCE THEN DELETE", WHOLE),
         ("WHEN MATCHED THEN DELETE WHEN NOT MATCHED BY SOURCE THEN UPDATE SET v = 0", WHOLE),
         # Its own condition pins partitions: the union of ON's and the clause's.
-        ("WHEN MATCHED THEN DELETE WHEN NOT MATCHED BY SOURCE AND t.ds = 'B' THEN DELETE", {"ds=A", "ds=B"}),
-        ("WHEN NOT MATCHED BY SOURCE AND ds IN ('B', 'C') THEN UPDATE SET v = 0", {"ds=A", "ds=B", "ds=C"}),
-        ("WHEN NOT MATCHED BY SOURCE AND t.ds = 'A' THEN DELETE", {"ds=A"}),
+        # Even a NOT MATCHED BY SOURCE clause whose own condition pins partitions: Spark joins the
+        # whole target, and on a copy-on-write Iceberg table it rewrote files of partitions the
+        # condition excludes (found by the differential oracle, tests/engines/test_derivation_fuzz.py).
+        ("WHEN MATCHED THEN DELETE WHEN NOT MATCHED BY SOURCE AND t.ds = 'B' THEN DELETE", WHOLE),
+        ("WHEN NOT MATCHED BY SOURCE AND ds IN ('B', 'C') THEN UPDATE SET v = 0", WHOLE),
+        ("WHEN NOT MATCHED BY SOURCE AND t.ds = 'A' THEN DELETE", WHOLE),
         ("WHEN NOT MATCHED BY SOURCE AND t.ds = 'B' THEN DELETE WHEN NOT MATCHED BY SOURCE THEN DELETE", WHOLE),
         # A condition that pins no partition column of the target pins nothing.
         ("WHEN NOT MATCHED BY SOURCE AND t.v > 3 THEN DELETE", WHOLE),
@@ -106,7 +109,7 @@ def test_an_update_of_a_partition_column_touches_where_its_rows_land(
         # SET * takes ds from the source, which nothing holds equal to the target's.
         ("WHEN MATCHED THEN UPDATE SET *", WHOLE),
         # NOT MATCHED BY SOURCE rows move too.
-        ("WHEN NOT MATCHED BY SOURCE AND t.ds = 'B' THEN UPDATE SET ds = 'C'", {"ds=A", "ds=B", "ds=C"}),
+        ("WHEN NOT MATCHED BY SOURCE AND t.ds = 'B' THEN UPDATE SET ds = 'C'", WHOLE),
         ("WHEN NOT MATCHED BY SOURCE AND t.ds = 'B' THEN UPDATE SET ds = upper(ds)", WHOLE),
         # INSERT: a literal destination joins; anything else lands anywhere.
         ("WHEN NOT MATCHED THEN INSERT (id, ds) VALUES (s.id, 'B')", {"ds=A", "ds=B"}),

@@ -21,7 +21,7 @@ read is refused, never guessed narrow.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,8 @@ from .errors import InvalidDeclarationError
 from .identifiers import unquoted_parts
 from .operations import Operation
 from .ranges import canonical_spec_value, spec_json, value_within
+from .sqlmerge import read_merge
+from .sqlnesting import nested_too_deeply
 from .sqlpredicates import (
     MAX_SPECS,
     ColumnScope,
@@ -49,12 +51,12 @@ from .sqlread import (
     dotted_name,
     first_keyword,
     job_text,
-    nested_too_deeply,
     parse_statement,
     read_sql_write,
     shorten,
     sql_tokens,
 )
+from .sqlreading import Reading, assignments, is_column, reads_table, target_names, with_target_reads
 
 _COLUMN_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SPEC_003 = "spec 003"
@@ -102,38 +104,6 @@ class DerivedWrite:
         return out
 
 
-@dataclass
-class _Reading:
-    """What one statement says, before its condition is read as partition specs."""
-
-    operation: Operation
-    reads_target: bool
-    why: list[str]
-    whole: str | None = None  # why the footprint is the whole table, whatever else it says
-    condition: exp.Expr | None = None
-    label: str = "the condition"
-    qualifiers: frozenset[str] = frozenset()
-    bare: bool = True
-    static: Spec | None = None
-    #: Literal destinations of the rows the condition selects, one per assigning clause
-    #: (``SET ds = 'B'``): partition column as declared -> canonical value.
-    moves: list[dict[str, str]] = field(default_factory=list)
-    #: Rows added beside those the condition selects (a MERGE's WHEN NOT MATCHED inserts).
-    pieces: list[_Piece] = field(default_factory=list)
-    #: Why rows it moves or adds may land in any partition (then the whole table).
-    anywhere: list[str] = field(default_factory=list)
-    zorder: bool = False
-
-
-@dataclass(frozen=True)
-class _Piece:
-    """Rows a MERGE clause adds outside ``ON``'s partitions: where a ``WHEN NOT MATCHED`` clause
-    inserts (``spec``, its literal value for every partition column)."""
-
-    label: str
-    spec: Spec
-
-
 def derive_write(sql: str | Sequence[str], partition_columns: Sequence[str] | None) -> DerivedWrite:
     """The declaration a SQL job implies on a table partitioned by ``partition_columns``
     (``None``: unknown; the operation and reads are still derived, partitions are not)."""
@@ -174,238 +144,54 @@ def _columns(partition_columns: Sequence[str] | None) -> dict[str, str] | None:
     return out
 
 
-def _read_statement(found: SqlWrite, columns: dict[str, str] | None) -> _Reading:
+def _read_statement(found: SqlWrite, columns: dict[str, str] | None) -> Reading:
     if found.operation is Operation.UPGRADE_PROTOCOL:
         why = "REORG ... APPLY (UPGRADE ...) changes the table's protocol: it conflicts with every ongoing operation (spec 004)"
-        return _Reading(found.operation, False, [why], whole=why)
+        return Reading(found.operation, False, [why], whole=why)
     if first_keyword(found.statement) in ("OPTIMIZE", "REORG", "CALL"):
         return _command(found)
     tree = parse_statement(found.statement, f"statement {shorten(found.statement)!r}")
     if isinstance(tree, exp.Insert):
         return _insert(found, tree)
     if isinstance(tree, exp.Merge):
-        return _merge(found, tree, columns or {})
+        return read_merge(found, tree, columns or {})
     if isinstance(tree, (exp.Update, exp.Delete)):
         return _update_or_delete(found, tree, columns or {})
     if isinstance(tree, exp.TruncateTable):
         target = tree.expressions[0]
         static = _static_spec(tree.args.get("partition"))
-        reading = _Reading(found.operation, True, [], static=static, label="the PARTITION clause")
+        reading = Reading(found.operation, True, [], static=static, label="the PARTITION clause")
         if static is None:
             reading.whole = "TRUNCATE TABLE without a PARTITION clause empties the whole table"
-        return _with_target_reads(reading, tree, target, found.table)
+        return with_target_reads(reading, tree, target, found.table)
     why = f"{found.operation.value} ({first_keyword(found.statement)} TABLE) changes the table's metadata: the whole table"
-    return _Reading(found.operation, found.operation.reads_table, [why], whole=why)
+    return Reading(found.operation, found.operation.reads_table, [why], whole=why)
 
 
-def _insert(found: SqlWrite, tree: exp.Insert) -> _Reading:
+def _insert(found: SqlWrite, tree: exp.Insert) -> Reading:
     target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
     static = _static_spec(target.args.get("partition"))
-    reading = _Reading(found.operation, found.operation.reads_table, [], static=static, label="the PARTITION clause")
+    reading = Reading(found.operation, found.operation.reads_table, [], static=static, label="the PARTITION clause")
     if tree.args.get("where") is not None:
         reading.condition, reading.label = tree.args["where"], "REPLACE WHERE"
-        reading.qualifiers = _names(target)
+        reading.qualifiers = target_names(target)
     elif static is None:
         reading.whole = (
             "INSERT OVERWRITE without a static PARTITION spec replaces the whole table"
             if found.operation is Operation.INSERT_OVERWRITE
             else "the rows' partition values come from the data (no static PARTITION clause): any partition"
         )
-    reader = _reads_table(tree, target, found.table)
+    reader = reads_table(tree, target, found.table)
     if reader is not None and found.operation is Operation.INSERT_INTO:
         reading.operation = Operation.MERGE
         reading.why.append(f"the query reads the target ({reader}): a merge, not a blind append ({_NOTE_1})")
-    return _with_target_reads(reading, tree, target, found.table)
+    return with_target_reads(reading, tree, target, found.table)
 
 
-def _merge(found: SqlWrite, tree: exp.Merge, columns: dict[str, str]) -> _Reading:
-    target, source = tree.this, tree.args.get("using")
-    qualifiers = _names(target)
-    reading = _Reading(found.operation, True, [], condition=tree.args.get("on"), label="MERGE ON", bare=False)
-    source_name = source.alias_or_name.lower() if isinstance(source, exp.Expr) else ""
-    if source_name in qualifiers:
-        reading.why.append(f"the source is also called {source_name!r}: no column of ON is surely the target's")
-        qualifiers = frozenset()
-    reading.qualifiers = qualifiers
-    if columns:
-        _merge_clauses(reading, tree, columns, source_name)
-    return _with_target_reads(reading, tree, target, found.table)
-
-
-def _merge_clauses(reading: _Reading, tree: exp.Merge, columns: dict[str, str], source_name: str) -> None:
-    """What each WHEN clause adds to ON's partitions (issue 23): a MATCHED UPDATE's literal
-    destinations, a NOT MATCHED INSERT's literal partition; a NOT MATCHED BY SOURCE clause or a
-    value the data decides makes the whole table."""
-    whens = tree.args.get("whens")
-    equal = _on_equalities(reading.condition, reading.qualifiers, source_name, columns)
-    target = reading.qualifiers
-    for when in whens.expressions if isinstance(whens, exp.Whens) else ():
-        if not isinstance(when, exp.When):
-            raise InvalidDeclarationError(f"MERGE clause {_short(when)!r} cannot be read: a WHEN ... THEN clause")
-        then, label = when.args.get("then"), _when_label(when)
-        by_source, matched = bool(when.args.get("source")), bool(when.args.get("matched"))
-        if isinstance(then, exp.Var) and then.name.upper() == "DELETE" and not by_source:
-            continue  # deletes rows ON already selects
-        if matched or by_source:
-            if not (isinstance(then, exp.Update) or (isinstance(then, exp.Var) and then.name.upper() == "DELETE")):
-                raise InvalidDeclarationError(f"{label} THEN {_short(then)}: cannot be read (UPDATE SET ... or DELETE)")
-            if by_source:
-                reading.anywhere.append(_by_source_why(label, when.args.get("condition")))
-                continue
-
-            def same(column: str, value: exp.Expr) -> bool:
-                if _is_column(value, column, target, bare=False):
-                    return True  # SET ds = t.ds
-                return isinstance(value, exp.Column) and (column, _column_key(value)) in equal
-
-            assigned = then.expressions if isinstance(then, exp.Update) else []
-            moves, whole = _assignments(assigned, columns, label, same, source_name)
-            if whole is not None:
-                reading.anywhere.append(f"{whole}: the whole table")
-            elif moves:
-                reading.moves.append(moves)
-            continue
-        if not isinstance(then, exp.Insert):
-            raise InvalidDeclarationError(f"{label} THEN {_short(then)}: cannot be read (INSERT ...)")
-        spec, whole = _inserted(then, columns, label)
-        if whole is not None:
-            reading.anywhere.append(f"{whole}: the whole table")
-        else:
-            reading.pieces.append(_Piece(f"{label} THEN INSERT", spec))
-
-
-def _by_source_why(label: str, condition: exp.Expr | None) -> str:
-    """Why a MERGE with a ``WHEN NOT MATCHED BY SOURCE`` clause is the whole table, whatever the
-    clause's condition: found by the differential oracle on Iceberg (issue 23)."""
-    clause = label if condition is None else f"{label} AND {_short(condition)}"
-    return (
-        f"{clause}: the target rows no source row matches are found by joining the whole target (Spark "
-        "plans a full outer join, no partition filter from ON), and on a copy-on-write Iceberg table the "
-        "MERGE rewrites every data file it read, in every partition, whatever the clause's own condition: "
-        "the whole table"
-    )
-
-
-def _when_label(when: exp.When) -> str:
-    if when.args.get("matched"):
-        return "WHEN MATCHED"
-    return "WHEN NOT MATCHED BY SOURCE" if when.args.get("source") else "WHEN NOT MATCHED"
-
-
-def _inserted(insert: exp.Insert, columns: dict[str, str], label: str) -> tuple[Spec, str | None]:
-    """The partition a MERGE's ``INSERT (cols) VALUES (vals)`` writes (literal values), or why
-    its rows may land anywhere (``INSERT *``, a value from the data, a partition column left out:
-    it may be generated from the data)."""
-    names, values = insert.this, insert.expression
-    if isinstance(names, exp.Star):
-        return {}, f"{label} THEN INSERT * takes the partition columns from the source: its rows land in any partition"
-    if names is None:
-        return {}, f"{label} THEN INSERT VALUES (...) without a column list: which value is a partition column is not known"
-    if not isinstance(names, exp.Tuple) or not isinstance(values, exp.Tuple):
-        raise InvalidDeclarationError(f"{label} THEN {_short(insert)}: cannot be read (INSERT (cols) VALUES (vals) or INSERT *)")
-    if len(names.expressions) != len(values.expressions) or not all(isinstance(n, exp.Column) for n in names.expressions):
-        raise InvalidDeclarationError(f"{label} THEN {_short(insert)}: the column list and the values do not pair up")
-    given = {n.name.lower(): v for n, v in zip(names.expressions, values.expressions, strict=True)}
-    spec: Spec = {}
-    for lowered, column in columns.items():
-        if lowered not in given:
-            return {}, (
-                f"{label} THEN INSERT gives no value for partition column {column} (its default or generated "
-                "value comes from the data): its rows land in any partition"
-            )
-        literal = read_literal(column, given[lowered])
-        if literal is None or literal.value is None:
-            return {}, f"{label} THEN INSERT takes {column} from {_short(given[lowered])}: its rows land in any partition"
-        spec[column] = literal.value
-    return spec, None
-
-
-def _assignments(
-    assignments: Sequence[exp.Expr],
-    columns: dict[str, str],
-    label: str,
-    same: Callable[[str, exp.Expr], bool],
-    source: str = "",
-) -> tuple[dict[str, str], str | None]:
-    """An UPDATE SET's literal destinations for the partition columns, or why rows may move to
-    any partition. ``same(column, value)``: ``value`` surely equals the row's own ``column``;
-    ``SET *`` assigns each column from ``source``'s column of that name."""
-    moves: dict[str, str] = {}
-    for item in assignments:
-        if isinstance(item, exp.Star):
-            for lowered, column in columns.items():
-                if not source or not same(column, exp.column(lowered, table=source)):
-                    return {}, (
-                        f"{label} THEN UPDATE SET * takes {column} from the source, which ON does not hold "
-                        "equal to the target's: rows may move to any partition"
-                    )
-            continue
-        if not isinstance(item, exp.EQ) or not isinstance(item.this, exp.Column):
-            raise InvalidDeclarationError(f"{label}: the assignment {_short(item)!r} cannot be read (column = value)")
-        assigned = columns.get(item.this.name.lower())
-        if assigned is None:
-            continue
-        literal = read_literal(assigned, item.expression)
-        if literal is not None and literal.value is not None and assigned not in moves:
-            moves[assigned] = literal.value
-        elif not same(assigned, item.expression):
-            return {}, f"{label} sets {assigned} = {_short(item.expression)}: rows move to partitions the data decides"
-    return moves, None
-
-
-def _on_equalities(
-    on: exp.Expr | None, target: frozenset[str], source: str, columns: dict[str, str]
-) -> set[tuple[str, str]]:
-    """``(partition column, source column)`` pairs a top-level conjunct of ON holds equal
-    (``t.ds = s.ds``): a matched row's ``ds`` already is that source column's value."""
-    found: set[tuple[str, str]] = set()
-    if on is None or not target or not source:
-        return found
-    for conjunct in _conjuncts(on):
-        if not isinstance(conjunct, exp.EQ):
-            continue
-        for mine, theirs in ((conjunct.this, conjunct.expression), (conjunct.expression, conjunct.this)):
-            if not isinstance(mine, exp.Column) or not isinstance(theirs, exp.Column):
-                continue
-            column = columns.get(mine.name.lower())
-            if column is None or mine.table.lower() not in target or theirs.table.lower() != source:
-                continue
-            if mine.args.get("db") is not None or theirs.args.get("db") is not None:
-                continue
-            found.add((column, _column_key(theirs)))
-    return found
-
-
-def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
-    if isinstance(node, exp.Paren):
-        return _conjuncts(node.this)
-    if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
-    return [node]
-
-
-def _column_key(node: exp.Column) -> str:
-    return f"{node.table.lower()}.{node.name.lower()}"
-
-
-def _is_column(value: exp.Expr, column: str, qualifiers: frozenset[str], bare: bool) -> bool:
-    """``value`` is the target's own ``column`` (``t.ds``; unqualified only where ``bare``)."""
-    if isinstance(value, exp.Paren):
-        return _is_column(value.this, column, qualifiers, bare)
-    if not isinstance(value, exp.Column) or value.name.lower() != column.lower() or value.args.get("db") is not None:
-        return False
-    return value.table.lower() in qualifiers if value.table else bare
-
-
-def _short(node: object) -> str:
-    text = node.sql(dialect=DIALECT) if isinstance(node, exp.Expr) else str(node)
-    return shorten(text)
-
-
-def _update_or_delete(found: SqlWrite, tree: exp.Update | exp.Delete, columns: dict[str, str]) -> _Reading:
+def _update_or_delete(found: SqlWrite, tree: exp.Update | exp.Delete, columns: dict[str, str]) -> Reading:
     where = tree.args.get("where")
     verb = "UPDATE" if isinstance(tree, exp.Update) else "DELETE"
-    reading = _Reading(found.operation, True, [], qualifiers=_names(tree.this), label=f"{verb} WHERE")
+    reading = Reading(found.operation, True, [], qualifiers=target_names(tree.this), label=f"{verb} WHERE")
     if where is None:
         reading.whole = f"{verb} without WHERE touches every row: the whole table"
     else:
@@ -414,47 +200,14 @@ def _update_or_delete(found: SqlWrite, tree: exp.Update | exp.Delete, columns: d
         qualifiers = reading.qualifiers
 
         def same(column: str, value: exp.Expr) -> bool:
-            return _is_column(value, column, qualifiers, bare=True)
+            return is_column(value, column, qualifiers, bare=True)
 
-        moves, whole = _assignments(tree.expressions, columns, "UPDATE SET", same)
+        moves, whole = assignments(tree.expressions, columns, "UPDATE SET", same)
         if whole is not None:
             reading.anywhere.append(f"{whole}: the whole table")
         elif moves:
             reading.moves.append(moves)
-    return _with_target_reads(reading, tree, tree.this, found.table)
-
-
-def _with_target_reads(reading: _Reading, tree: exp.Expr, target: exp.Expr, table: str) -> _Reading:
-    """A statement that reads its target anywhere but through the target itself (a subquery,
-    a self-MERGE) reads the whole table."""
-    reader = _reads_table(tree, target, table)
-    if reader is not None:
-        reading.reads_target = True
-        reading.whole = reading.whole or f"it reads the target table in its query ({reader}): the whole table"
-    return reading
-
-
-def _reads_table(tree: exp.Expr, target: exp.Expr, table: str) -> str | None:
-    """Another reference to the target's table in the statement: a name that may resolve to it
-    (``t``, ``db.t`` and ``cat.db.t`` may all be ``cat.db.t``); a CTE's own name is not."""
-    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
-    wanted = [p.lower() for p in unquoted_parts(table)]
-    for node in tree.find_all(exp.Table):
-        if node is target or not node.parts or not all(isinstance(p, exp.Identifier) for p in node.parts):
-            continue
-        parts = [p.name.lower() for p in node.parts]
-        if len(parts) == 1 and parts[0] in ctes:
-            continue
-        shorter, longer = sorted((parts, wanted), key=len)
-        if longer[len(longer) - len(shorter) :] == shorter:
-            return node.sql(dialect=DIALECT)
-    return None
-
-
-def _names(target: exp.Expr) -> frozenset[str]:
-    """What a column of the target may be qualified with: its alias, else its name."""
-    alias = target.args.get("alias")
-    return frozenset({(alias.name if alias is not None else target.name).lower()})
+    return with_target_reads(reading, tree, tree.this, found.table)
 
 
 def _static_spec(partition: exp.Expr | None) -> Spec | None:
@@ -470,7 +223,7 @@ def _static_spec(partition: exp.Expr | None) -> Spec | None:
     return spec or None
 
 
-def _command(found: SqlWrite) -> _Reading:
+def _command(found: SqlWrite) -> Reading:
     """OPTIMIZE t WHERE p ZORDER BY ..., REORG TABLE t WHERE p APPLY (PURGE),
     CALL ...rewrite_data_files(table => 't', where => 'p')."""
     keyword = first_keyword(found.statement)
@@ -481,7 +234,7 @@ def _command(found: SqlWrite) -> _Reading:
         rest = sql_tokens(found.statement[offset:], "statement")
     text = found.statement[offset:]
     qualifiers = frozenset({unquoted_parts(found.table)[-1].lower()})
-    reading = _Reading(found.operation, True, [], label=f"{keyword}'s WHERE", qualifiers=qualifiers)
+    reading = Reading(found.operation, True, [], label=f"{keyword}'s WHERE", qualifiers=qualifiers)
     if keyword == "OPTIMIZE" and any(t.text.upper() == "ZORDER" for t in rest):
         reading.zorder = True
         reading.why.append(
@@ -518,7 +271,7 @@ def _call_where(tokens: list[sqlglot.Token]) -> str | None:
 
 
 def _partitions(
-    reading: _Reading, columns: dict[str, str] | None
+    reading: Reading, columns: dict[str, str] | None
 ) -> tuple[tuple[Mapping[str, Any], ...] | None, list[str], dict[str, Any]]:
     """The partition specs (``None``: the whole table), the reasons, the other columns' ranges."""
     if reading.whole is not None:
@@ -572,7 +325,7 @@ def _spelled(moves: Mapping[str, str]) -> str:
     return ", ".join(f"{c} = {v!r}" for c, v in sorted(moves.items()))
 
 
-def _whole_why(reading: _Reading, columns: dict[str, str]) -> str:
+def _whole_why(reading: Reading, columns: dict[str, str]) -> str:
     if not columns:
         return "the table has no partition columns: the whole table"
     if reading.label == "MERGE ON":
@@ -580,7 +333,7 @@ def _whole_why(reading: _Reading, columns: dict[str, str]) -> str:
     return f"{reading.label} does not pin any of the partition columns ({', '.join(columns.values())}): the whole table"
 
 
-def _value_ranges(reading: _Reading, columns: dict[str, str]) -> dict[str, Any]:
+def _value_ranges(reading: Reading, columns: dict[str, str]) -> dict[str, Any]:
     """The condition's bounds on the target's other columns, when it is one conjunction."""
     if reading.condition is None:
         return {}

@@ -22,6 +22,7 @@ from sqlglot import ParseError, Token, TokenError, TokenType, exp
 from .errors import InvalidDeclarationError, UnknownOperationError
 from .identifiers import canonical_table, table_parts
 from .operations import Operation, parse_operation
+from .sqlnesting import check_nesting, nested_too_deeply
 from .sqlpredicates import read_literal
 
 DIALECT = "spark"
@@ -156,6 +157,7 @@ def job_text(job: str | Sequence[str]) -> tuple[str, bool]:
 
 
 def _write(statement: str, where: str) -> SqlWrite:
+    check_nesting(statement, where)
     keyword = first_keyword(statement)
     if keyword in _COMMAND_WRITES:
         return _command_write(statement, keyword, where)
@@ -180,14 +182,6 @@ def parse_statement(statement: str, where: str) -> exp.Expr:
     if len(trees) != 1:
         raise InvalidDeclarationError(f"{where} is not one statement")
     return trees[0]
-
-
-def nested_too_deeply(where: str) -> InvalidDeclarationError:
-    """The error for SQL nested deeper than the parser can follow (issue 24)."""
-    return InvalidDeclarationError(
-        f"{where} is nested too deeply to read (too many levels of parentheses, subqueries or "
-        "expressions); write it with fewer nested levels"
-    )
 
 
 def _operation_and_target(tree: exp.Expr, statement: str, where: str) -> tuple[Operation, exp.Expr]:
