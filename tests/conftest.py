@@ -214,3 +214,17 @@ def iceberg_engine(spark_home: Path) -> Iterator[object]:
     yield engine
     if active is None:
         engine.stop()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """At the end of the run: stop a Spark session still up, then silence py4j. Its Java gateway
+    logs while the interpreter shuts down, after pytest closed the streams it captured, and the
+    test command used to end with a py4j "--- Logging error ---" traceback on every run."""
+    import logging
+
+    pyspark_sql = sys.modules.get("pyspark.sql")
+    active = None if pyspark_sql is None else pyspark_sql.SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
+    for name in ("py4j", "py4j.clientserver", "py4j.java_gateway"):
+        logging.getLogger(name).disabled = True

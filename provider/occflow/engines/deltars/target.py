@@ -25,7 +25,7 @@ from .facts import deltars_table_facts
 from .ledger import DeltaRsLedger
 from .observed import observe_deltars_commit
 from .predicates import Where, column
-from .table import ENGINE, DeltaRsTable
+from .table import ENGINE, DeltaRsTable, require_columns
 
 #: ``job(table, snapshot, partition, commit, context) -> WriteOutcome`` for writes the built-in
 #: operations do not cover; ``snapshot`` is freshly loaded for every attempt.
@@ -195,7 +195,8 @@ class DeltaRsTarget:
             snapshot = table.load()
         except Exception:  # noqa: BLE001 - no table yet
             return
-        table.check_columns(names, op.value, snapshot=snapshot)
+        where = f"{op.value} on " + (self.path if self.table_name is None else f"{self.table_name} (at {self.path})")
+        require_columns(snapshot, names, where)
 
     def create(self, schema: Any, partition_by: Sequence[str]) -> bool:
         """The table created empty when it is not there (``True`` when this call created it).
