@@ -112,7 +112,9 @@ def summary(policy: str, rows: list[dict[str, object]]) -> dict[str, object]:
         "cpu_seconds": spread(values("cpu_seconds")),
         "draw_and_bound_cpu_seconds": spread(values("draw_and_bound_cpu_seconds")),
         "peak_rss_mb": spread(values("peak_rss_mb"), 1),
-        "makespan_over_bound": round(float(first["makespan_over_bound"]), 3),  # type: ignore[arg-type]
+        # null for a run that dropped jobs (its ratio would flatter it)
+        "makespan_over_bound": None if first["makespan_over_bound"] is None
+        else round(float(first["makespan_over_bound"]), 3),  # type: ignore[arg-type]
         "wasted_fraction": round(float(first["wasted_fraction"]), 4),  # type: ignore[arg-type]
         "peaks": {k: first[k] for k in ("peak_waiting", "peak_live", "peak_retained_commits")},
         "load_1min_before_after": [r["load_1min_before_after"] for r in rows],

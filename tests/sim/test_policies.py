@@ -22,6 +22,7 @@ import yaml
 from occflow.core.errors import InvalidDeclarationError
 from occflow.core.operations import Operation
 from occflow.sim import Run, Workload, build_policy, load_workload, parse_policies, parse_workload, simulate
+from occflow.sim.policies import MatrixAdmission
 from occflow.sim.workload import ADMISSION_LATENCY, REQUEUE_DELAY, Every, Job, NaiveSettings, Uniform
 
 WORKLOADS = sorted((Path(__file__).resolve().parents[2] / "bench" / "workloads").glob("*.yaml"))
@@ -148,10 +149,15 @@ def blocks(profile: Any, a: Operation, b: Operation) -> bool:
     return profile.cell(a, b).later_fails or profile.cell(b, a).later_fails
 
 
+def age_limit(job: Job) -> float:
+    """The documented default: maintenance goes first once it has waited 2x its duration or 1 h."""
+    return min(2 * job.duration, 3600.0)
+
+
 # merge-heavy seeds 1 and 6: first come first served would start a compaction there while a
 # MERGE on its partition that arrived after it still waits.
 @pytest.mark.parametrize(("stem", "seed"), [("merge_heavy", 1), ("merge_heavy", 6), ("streaming_mix", 0)])
-def test_occflow_never_starts_a_compaction_while_a_data_write_it_would_block_waits(stem: str, seed: int) -> None:
+def test_occflow_starts_a_compaction_ahead_of_a_waiting_data_write_only_past_its_age_limit(stem: str, seed: int) -> None:
     w = shipped(stem)
     # No admission latency: an attempt starts when it is admitted, so start times are admission times.
     policy = replace(build_policy("occflow", w), wait_start_delay=0.0)
@@ -165,9 +171,24 @@ def test_occflow_never_starts_a_compaction_while_a_data_write_it_would_block_wai
         for c in compactions
         for d in jobs
         if not d.operation.is_compaction and overlap(c, d) and blocks(profiles[c.table], c.operation, d.operation)
-        and d.arrival < starts[c.index] < starts[d.index]
+        and d.arrival < starts[c.index] < starts[d.index] and starts[c.index] - c.arrival < age_limit(c)
     ]
     assert jumped == []
+
+
+def test_a_compaction_is_not_starved_past_its_age_limit_by_a_stream_of_data_writes() -> None:
+    # MERGEs on the compaction's partition every 50 s, each 60 s long: one always runs or waits.
+    merges = [{"name": f"m{i}", "table": "t", "operation": "merge", "partitions": ["p000"], "duration": 60,
+               "arrival": 50 * i} for i in range(200)]
+    compact = {"name": "compact", "table": "t", "operation": "optimize", "partitions": ["p000"], "duration": 100,
+               "arrival": 10}
+    w = small([*merges, compact], slots=2)
+    starts = {run_job.name: s for run_job, s in ((w.jobs(0)[j], s) for j, s in first_starts(simulate(w, "occflow")).items())}
+    # Past 2 x 100 s it goes first: it waits at most for the MERGE running then (60 s).
+    assert 10 + 200 <= starts["compact"] <= 10 + 200 + 60
+    no_limit = replace(build_policy("occflow", w), admission=MatrixAdmission(maintenance_age=None))
+    late = simulate(w, no_limit)
+    assert first_starts(late)[len(merges)] > 200 * 50 - 100  # without the limit: after the stream
 
 
 def test_a_waiting_compaction_lets_a_later_data_write_go_first() -> None:

@@ -235,7 +235,10 @@ class Metrics:
     policy: str
     makespan: float
     lower_bound: float
-    makespan_over_bound: float
+    # The makespan over the lower bound, only for a run that committed every job: a run that
+    # dropped jobs (failed or skipped) did less work than the bound assumes, so its ratio would
+    # flatter it. None otherwise; ``dropped`` says how many.
+    makespan_over_bound: float | None
     useful_seconds: float
     wasted_seconds: float
     busy_slot_seconds: float  # slot time spent running attempts: useful + wasted
@@ -253,6 +256,14 @@ class Metrics:
     latency_p95: float | None
     failures_by_kind: dict[str, int]
     description: str = ""
+    admission_latency: float = 0.0  # seconds from a release to the start of a job that waited
+
+    @property
+    def dropped(self) -> int:
+        """Jobs that did not commit (failed or skipped)."""
+        return self.jobs - self.committed
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+        out = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+        out["dropped"] = self.dropped
+        return out

@@ -38,8 +38,10 @@ def plot_runs(runs: Sequence[Run], path: str | Path) -> Path:
                 color=colour,
             )
         m = run.metrics
+        ratio = (f"{m.makespan_over_bound:.2f}x bound" if m.makespan_over_bound is not None
+                 else f"{m.dropped} jobs dropped, no ratio to the bound")
         ax.set_title(
-            f"{run.policy}: makespan {m.makespan:.0f}s ({m.makespan_over_bound:.2f}x bound), "
+            f"{run.policy}: makespan {m.makespan:.0f}s ({ratio}), "
             f"wasted {100 * m.wasted_fraction:.1f}%, {m.failed_attempts} failed attempts",
             fontsize=9,
         )

@@ -57,14 +57,56 @@ def _conflicting(profile: Profile) -> Mapping[Operation, frozenset[Operation]]:
 _CONFLICTING: dict[str, Mapping[Operation, frozenset[Operation]]] = {}
 
 
+def _clean(profile: Profile, earlier: Operation, later: Operation) -> bool:
+    """The later of two overlapping jobs commits and the data is right (the cell, read directly)."""
+    cell = profile.cell(earlier, later)
+    return not cell.later_fails and not cell.effect.corrupts_data
+
+
+@dataclass(frozen=True)
+class CommitOrder:
+    """What order-aware admission reads from a matrix, for a newcomer's operation ``n`` and a
+    running operation ``h`` on an overlapping footprint (``_clean``: that commit order commits
+    both, and the data is right):
+
+    - ``exclusive[n]``: neither order is clean: they never run together;
+    - ``after[n]``: only ``h`` then ``n`` is clean: ``n`` may run, its commit held until ``h``'s
+      lease ends (``h`` committed or released);
+    - ``before[n]``: only ``n`` then ``h`` is clean: ``n`` may run, and ``h``'s commit is held
+      until ``n``'s lease ends.
+    Both orders clean: they run together, nothing is held.
+    """
+
+    exclusive: Mapping[Operation, frozenset[Operation]]
+    after: Mapping[Operation, frozenset[Operation]]
+    before: Mapping[Operation, frozenset[Operation]]
+
+
+def commit_order(profile: Profile) -> CommitOrder:
+    found = _ORDER.get(profile.name)
+    if found is None:
+        ops = profile.operations
+        clean = {(a, b): _clean(profile, a, b) for a in ops for b in ops}
+        found = _ORDER[profile.name] = CommitOrder(
+            exclusive={n: frozenset(h for h in ops if not clean[h, n] and not clean[n, h]) for n in ops},
+            after={n: frozenset(h for h in ops if clean[h, n] and not clean[n, h]) for n in ops},
+            before={n: frozenset(h for h in ops if clean[n, h] and not clean[h, n]) for n in ops},
+        )
+    return found
+
+
+_ORDER: dict[str, CommitOrder] = {}
+
+
 class _Held:
     """What one table holds. Every count is positive: a key whose count drops to 0 is deleted,
     so a dict's keys are exactly what is held and a check is a C-level ``isdisjoint``."""
 
-    __slots__ = ("conflicting", "ops", "part_jobs", "part_ops", "whole_jobs", "whole_ops")
+    __slots__ = ("conflicting", "exclusive", "ops", "part_jobs", "part_ops", "whole_jobs", "whole_ops")
 
     def __init__(self, profile: Profile) -> None:
         self.conflicting = _conflicting(profile)
+        self.exclusive = commit_order(profile).exclusive
         self.ops: dict[Operation, int] = {}  # every job's operation
         self.whole_ops: dict[Operation, int] = {}  # the operations of whole-table jobs
         self.whole_jobs = 0
@@ -113,10 +155,13 @@ class FootprintIndex:
     def remove(self, job: Job) -> None:
         self.add(job, -1)
 
-    def conflicts(self, job: Job) -> bool:
-        """Whether a held operation on an overlapping footprint conflicts with ``job``'s."""
+    def conflicts(self, job: Job, rule: str = "conflicting") -> bool:
+        """Whether a held operation on an overlapping footprint conflicts with ``job``'s.
+
+        ``rule`` names the table of operations that count: ``conflicting`` (a failing cell in
+        either order) or ``exclusive`` (in both orders, ``CommitOrder``)."""
         parts, held = admission_partitions(job), self._held[job.table]
-        bad = held.conflicting[job.operation]
+        bad = getattr(held, rule)[job.operation]
         if parts is None:
             return not bad.isdisjoint(held.ops)
         if not bad.isdisjoint(held.whole_ops):
@@ -156,6 +201,17 @@ class Admission:
         """Where ``job`` waits: the simulator scans waiting jobs by (priority, arrival), lower first."""
         return 0
 
+    def age_limit(self, job: Job) -> float | None:
+        """Seconds after which a waiting ``job`` is promoted ahead of every other waiting job
+        (``AGED``, first come first served among the promoted); None: never."""
+        return None
+
+    @property
+    def holds_commits(self) -> bool:
+        """Whether jobs that are clean in one commit order only run together, the commit of the
+        one that must go second held until the other's lease ends (``CommitOrder``)."""
+        return False
+
 
 @dataclass(frozen=True)
 class AdmitAll(Admission):
@@ -182,8 +238,27 @@ class OnePerTable(Admission):
         return sum(1 for n in per_table.values() if n) >= tables
 
 
-# Scan order of occflow's admission: maintenance after data writes.
-DATA_WRITE, MAINTENANCE = 0, 1
+# Scan order of occflow's admission: maintenance after data writes, unless it has waited past its
+# age limit (then ahead of both).
+AGED, DATA_WRITE, MAINTENANCE = -1, 0, 1
+
+
+@dataclass(frozen=True)
+class AgeLimit:
+    """How long waiting maintenance may be passed over by data writes: once it has waited
+    ``factor`` times its own duration or ``seconds``, whichever comes first, it goes first."""
+
+    factor: float | None = 2.0
+    seconds: float | None = 3600.0
+
+    def limit(self, duration: float) -> float | None:
+        limits = [x for x in (None if self.factor is None else self.factor * duration, self.seconds) if x is not None]
+        return min(limits) if limits else None
+
+    def describe(self) -> str:
+        parts = ([] if self.factor is None else [f"{self.factor:g}x its duration"]) + (
+            [] if self.seconds is None else [f"{self.seconds:g} s"])
+        return "maintenance goes first after waiting " + (" or ".join(parts) if parts else "never")
 
 
 @dataclass(frozen=True)
@@ -212,12 +287,27 @@ class MatrixAdmission(Admission):
     compaction never takes a partition ahead of a data write it would block."""
 
     name = "matrix lease"
+    #: Order-aware: a job joins running jobs it may commit after, its commit held until theirs
+    #: (``CommitOrder``); False: it joins only jobs that fail in neither order (order-blind).
+    order_aware: bool = True
+    maintenance_age: AgeLimit | None = field(default_factory=AgeLimit)
 
     def admits(self, job: Job, running: FootprintIndex, per_table: Mapping[str, int], blocked: FootprintIndex) -> bool:
-        return not running.conflicts(job) and not blocked.conflicts(job)
+        if not self.order_aware:
+            return not running.conflicts(job) and not blocked.conflicts(job)
+        return not running.conflicts(job, "exclusive") and not blocked.conflicts(job, "exclusive")
 
     def priority(self, job: Job) -> int:
         return MAINTENANCE if job.operation.is_compaction else DATA_WRITE
+
+    def age_limit(self, job: Job) -> float | None:
+        if self.maintenance_age is None or not job.operation.is_compaction:
+            return None
+        return self.maintenance_age.limit(job.duration)
+
+    @property
+    def holds_commits(self) -> bool:
+        return self.order_aware
 
 
 

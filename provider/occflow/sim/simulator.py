@@ -33,16 +33,25 @@ from ..core.kinds import Classification
 from ..core.operations import Operation
 from ..core.policy import Action
 from ..core.profiles import Profile
-from .engine import Footprint, Lost, TableLog, table_logs
+from .engine import Footprint, Lost, TableLog, overlap, table_logs
 from .metrics import LowerBound, Metrics, lower_bound, percentile
-from .policies import ORACLE, Admission, FootprintIndex, SimPolicy, admission_partitions, build_policy
+from .policies import (
+    AGED,
+    ORACLE,
+    Admission,
+    FootprintIndex,
+    SimPolicy,
+    admission_partitions,
+    build_policy,
+    commit_order,
+)
 from .workload import Job, Workload
 
 # Like Airflow's scheduler, which examines a bounded batch of queued tasks per loop
 # (``max_tis_per_query``): a scan never looks further than this into the waiting queue.
 SCHEDULER_WINDOW = 512
 
-_FINISH, _RESUME, _BEGIN, _READY = 0, 1, 2, 3
+_FINISH, _RESUME, _BEGIN, _READY, _AGED = 0, 1, 2, 3, 4
 _INF = float("inf")
 
 
@@ -51,10 +60,11 @@ class Attempt:
     job: int
     number: int  # 1 = the job's first attempt
     start: float
-    end: float
+    end: float  # when it committed or failed (after its commit gate opened, if it was held)
     committed: bool
     kind: str | None  # the conflict kind of a failed attempt
     action: str | None  # what the policy decided after a failed attempt
+    held: float = 0.0  # seconds its commit waited at its gate (order-aware admission)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +124,7 @@ def shape(job: Job) -> Shape:
 class _Live:
     """A job admitted at least once and not finished."""
 
-    __slots__ = ("begin", "first_start", "footprint", "number", "start")
+    __slots__ = ("begin", "computed", "first_start", "footprint", "gates", "number", "start")
 
     def __init__(self, job: Job) -> None:
         self.footprint = footprint(job)
@@ -122,6 +132,10 @@ class _Live:
         self.first_start = -1.0
         self.start = 0.0
         self.begin = 0
+        # Order-aware admission: the running jobs (when it was admitted) that must commit or
+        # release before this one commits; ``computed`` >= 0 while its finished attempt waits.
+        self.gates: set[int] = set()
+        self.computed = -1.0
 
 
 class _Tally:
@@ -168,6 +182,11 @@ class _Simulation:
         self.footprints = policy.admission.reads_footprints  # else both indexes stay empty
         self.per_table: Counter[str] = Counter()
         self.live: dict[int, _Live] = {}
+        # Order-aware admission: the jobs holding a lease per table, and who waits for whom.
+        self.holds_commits = policy.admission.holds_commits
+        self.leases: dict[str, dict[int, None]] = {t: {} for t in self.profiles}
+        self.waiters: dict[int, list[int]] = {}
+        self.ready_at: dict[int, float] = {}  # maintenance with an age limit: when it became ready
         self.tally = _Tally()
         self.attempts: list[Attempt] = []
         self.outcomes: dict[int, JobOutcome] = {}
@@ -184,7 +203,7 @@ class _Simulation:
         while events or nxt < n:
             now = events[0][0] if events and events[0][0] < times[nxt] else times[nxt]
             self.now = now
-            while events and events[0][0] == now and events[0][1] != _READY:
+            while events and events[0][0] == now and events[0][1] < _READY:
                 _, order, _, index = pop(events)
                 if order == _FINISH:
                     self.finish(index)
@@ -194,22 +213,45 @@ class _Simulation:
                 self.enqueue(arrivals[nxt])
                 nxt += 1
             while events and events[0][0] == now:
-                self.enqueue(pop(events)[3])
+                _, order, _, index = pop(events)
+                if order == _READY:
+                    self.enqueue(index)
+                else:
+                    self.promote(index)
             self.schedule()
 
     # -- waiting and admission
-    def enqueue(self, index: int) -> None:
-        priority = self.policy.admission.priority(self.jobs[index])
+    def enqueue(self, index: int, priority: int | None = None) -> None:
+        job = self.jobs[index]
+        if priority is None:
+            priority = self.policy.admission.priority(job)
+            limit = self.policy.admission.age_limit(job)
+            if limit is not None:
+                self.ready_at[index] = self.now
+                self.push(self.now + limit, _AGED, index)
         queue = self.waiting.get(priority)
         if queue is None:
             queue = self.waiting[priority] = OrderedDict()
             bisect.insort(self.priorities, priority)
         self.ready_number += 1
-        queue[index] = (self.ready_number, shape(self.jobs[index]))
+        queue[index] = (self.ready_number, shape(job))
         self.n_waiting += 1
         self.changed = True
         if self.n_waiting > self.peak_waiting:
             self.peak_waiting = self.n_waiting
+
+    def promote(self, index: int) -> None:
+        """A job waiting past its age limit goes ahead of every other waiting job (``AGED``)."""
+        job = self.jobs[index]
+        priority = self.policy.admission.priority(job)
+        queue = self.waiting.get(priority)
+        limit = self.policy.admission.age_limit(job)
+        if queue is None or index not in queue or limit is None or self.ready_at.get(index, _INF) + limit > self.now:
+            return  # admitted meanwhile (or waiting again since, with its own age event)
+        del queue[index]
+        self.n_waiting -= 1
+        self.refused.discard(index)
+        self.enqueue(index, AGED)
 
     def scan(self) -> Iterator[tuple[int, int, tuple[int, Shape]]]:
         """The waiting jobs one pass may look at: (priority, job, (ready number, shape)), in order.
@@ -245,9 +287,12 @@ class _Simulation:
                 refused.add(index)
                 continue
             job = jobs[index]
-            if admission.admits(job, running, per_table, blocked):
+            if admission.admits(job, running, per_table, blocked) and (
+                    not self.holds_commits or (edges := self.commit_edges(index, job)) is not None):
                 admitted.append((priority, index))
                 self.admit(index, index in refused or ready <= self.full_mark)
+                if self.holds_commits:
+                    self.gate(index, job, *edges)
                 if not self.free:
                     break
                 if can_fill and admission.full(per_table, tables):
@@ -283,12 +328,71 @@ class _Simulation:
         else:
             self.start(index)
 
-    def release(self, job: Job) -> None:
+    def commit_edges(self, index: int, job: Job) -> tuple[list[int], list[int]] | None:
+        """Order-aware admission: the leases ``job`` must commit after and those that must commit
+        after it (running jobs on an overlapping footprint clean in that order only); None if
+        holding them would close a cycle of commits waiting for each other.
+
+        A lease whose attempt already waits at its gate is never held back further: a job that
+        must commit before it is refused (so a stream of newcomers cannot starve it)."""
+        order = commit_order(self.profiles[job.table])
+        after, before = order.after[job.operation], order.before[job.operation]
+        first: list[int] = []
+        then: list[int] = []
+        if not after and not before:
+            return first, then
+        jobs, live, mine = self.jobs, self.live, footprint(job)
+        for other in self.leases[job.table]:
+            op = jobs[other].operation
+            if (op in after or op in before) and overlap(mine, live[other].footprint):
+                if op in after:
+                    first.append(other)
+                elif live[other].computed >= 0:
+                    return None
+                else:
+                    then.append(other)
+        if first and then:
+            # ``first`` -> job -> ``then`` closes a cycle if some of ``then`` already precedes some of ``first``.
+            targets, seen, stack = set(first), set(then), list(then)
+            while stack:
+                for nxt in self.waiters.get(stack.pop(), ()):
+                    if nxt in targets:
+                        return None
+                    if nxt not in seen:
+                        seen.add(nxt)
+                        stack.append(nxt)
+        return first, then
+
+    def gate(self, index: int, job: Job, first: list[int], then: list[int]) -> None:
+        """Hold ``job``'s commit until ``first`` have committed or released, and ``then``'s
+        until ``job`` has. Edges are only added when they close no cycle (``commit_edges``)."""
+        live = self.live[index]
+        for other in first:
+            live.gates.add(other)
+            self.waiters.setdefault(other, []).append(index)
+        for other in then:
+            self.live[other].gates.add(index)
+        if then:
+            self.waiters.setdefault(index, []).extend(then)
+        self.leases[job.table][index] = None
+
+    def release(self, job: Job, index: int) -> None:
         self.changed = True
         self.free += 1
         if self.footprints:
             self.running.remove(job)
         self.per_table[job.table] -= 1
+        if self.holds_commits:
+            del self.leases[job.table][index]
+            mine = self.live[index]
+            for other in mine.gates:  # released before its gates opened (cannot happen today)
+                self.waiters[other].remove(index)
+            mine.gates.clear()
+            for waiter in self.waiters.pop(index, ()):
+                live = self.live[waiter]
+                live.gates.discard(index)
+                if not live.gates and live.computed >= 0:
+                    self.commit(waiter)  # its attempt was done: it commits now, right after this one
 
     # -- attempts
     def start(self, index: int) -> None:
@@ -300,25 +404,36 @@ class _Simulation:
         self.push(self.now + job.duration, _FINISH, index)
 
     def finish(self, index: int) -> None:
+        live = self.live[index]
+        if live.gates:
+            live.computed = self.now  # the work is done; the commit waits at its gate
+            return
+        self.commit(index)
+
+    def commit(self, index: int) -> None:
         job, live, tally = self.jobs[index], self.live[index], self.tally
+        held = 0.0
+        if live.computed >= 0:
+            held, live.computed = self.now - live.computed, -1.0
+            tally.held += held  # the slot and the lease are held, nothing runs
         log = self.logs[job.table]
         lost = log.commit(live.begin, job.operation, live.footprint, index)
         if log.retained > self.peak_retained:
             self.peak_retained = log.retained
         tally.attempts += 1
         if lost is None:
-            tally.useful += self.now - live.start
+            tally.useful += self.now - live.start - held
             if self.record:
-                self.attempts.append(Attempt(index, live.number, live.start, self.now, True, None, None))
-            self.release(job)
+                self.attempts.append(Attempt(index, live.number, live.start, self.now, True, None, None, held))
+            self.release(job, index)
             self.done(index, "committed")
             return
-        tally.wasted += self.now - live.start
+        tally.wasted += self.now - live.start - held
         tally.failed_attempts += 1
         tally.kinds[lost.kind.value] += 1
-        self.react(index, job, live, lost)
+        self.react(index, job, live, lost, held)
 
-    def react(self, index: int, job: Job, live: _Live, lost: Lost) -> None:
+    def react(self, index: int, job: Job, live: _Live, lost: Lost, held: float) -> None:
         classification = Classification(
             kind=lost.kind, engine="simulator",
             reason=f"lost to {self.jobs[lost.winner].name}, which committed version {lost.version} first",
@@ -328,14 +443,14 @@ class _Simulation:
         )
         if self.record:
             self.attempts.append(Attempt(index, live.number, live.start, self.now, False, lost.kind.value,
-                                         decision.action.value))
+                                         decision.action.value, held))
         live.number += 1
         if decision.action is Action.RETRY:
             # the operator's retry loop sleeps inside the task: the slot and the lease stay held.
             self.tally.held += decision.delay_seconds
             self.push(self.now + decision.delay_seconds, _RESUME, index)
             return
-        self.release(job)
+        self.release(job, index)
         if decision.action is Action.RESCHEDULE:
             self.push(self.now + decision.delay_seconds + self.policy.requeue_delay, _READY, index)
         else:
@@ -359,7 +474,8 @@ class _Simulation:
             policy=self.policy.name,
             makespan=makespan,
             lower_bound=bound.value,
-            makespan_over_bound=makespan / bound.value if bound.value else 0.0,
+            makespan_over_bound=(makespan / bound.value if bound.value else 0.0)
+            if t.statuses["committed"] == len(self.jobs) else None,
             useful_seconds=useful,
             wasted_seconds=wasted,
             busy_slot_seconds=useful + wasted,
@@ -377,6 +493,7 @@ class _Simulation:
             latency_p95=percentile(t.latencies, 0.95),
             failures_by_kind=dict(sorted(t.kinds.items())),
             description=self.policy.describe(),
+            admission_latency=self.policy.wait_start_delay,
         )
 
     def peaks(self) -> Peaks:

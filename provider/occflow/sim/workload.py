@@ -32,7 +32,7 @@ import itertools
 import math
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -205,6 +205,10 @@ class NaiveSettings:
 #: (2.4-11.4 s; the grant itself takes 0.03 s). With admission_wait_seconds > 0 a write waiting
 #: in its worker starts 0.1 s after the release: set ``policies.airflow.admission_latency``.
 ADMISSION_LATENCY = 5.8
+#: Seconds from a release to the start of a write that waits for its lease in its worker
+#: (``admission_wait_seconds`` > 0): every makespan ratio is reported at this latency and at the
+#: workload's deferral latency (``ADMISSION_LATENCY`` unless the file sets its own).
+IN_WORKER_LATENCY = 0.1
 #: Seconds Airflow's scheduler adds to a retry delay before an up_for_retry task runs again
 #: (not measured apart: the same queue-and-start path as a resumed deferral, without the trigger).
 REQUEUE_DELAY = 5.0
@@ -216,6 +220,11 @@ class AirflowSettings:
 
     admission_latency: float = ADMISSION_LATENCY
     requeue_delay: float = REQUEUE_DELAY
+
+
+def at_latency(workload: Workload, admission_latency: float) -> Workload:
+    """``workload`` with another release-to-start latency (the same jobs for a seed)."""
+    return replace(workload, airflow=replace(workload.airflow, admission_latency=admission_latency))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,103 @@
+"""The simulator's occflow policy against an exact optimum that shares no code with admission.
+
+bench/sim_exact.py holds the exact scheduler: a branch and bound over integer start times of
+3-6 jobs on one table, deciding which pairs lose work from the profile's matrix cells read
+directly. Here, on seeded tiny instances of every profile: occflow never loses work by that
+rule, never beats the optimum, and stays near it; and the optimum itself is checked against a
+plain enumeration on the smallest instances.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from occflow.sim import simulate
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.fixture(scope="module")
+def exact() -> ModuleType:
+    sys.path.insert(0, str(BENCH))  # as when it runs as a script: benchlib is importable
+    spec = importlib.util.spec_from_file_location("sim_exact", BENCH / "sim_exact.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sim_exact"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def enumerate_optimum(exact: ModuleType, inst: object) -> int:
+    """Every start time in 0..horizon for every job: the least makespan with no lost work."""
+    jobs, slots = inst.jobs, inst.slots  # type: ignore[attr-defined]
+    ok = exact.allowed(inst)
+    horizon = max(j.arrival for j in jobs) + sum(j.duration for j in jobs)
+    best = horizon
+    ranges = [range(j.arrival, horizon - j.duration + 1) for j in jobs]
+    for starts in itertools.product(*ranges):
+        ends = [s + j.duration for s, j in zip(starts, jobs, strict=True)]
+        if max(ends) >= best:
+            continue
+        if any(sum(1 for s, e in zip(starts, ends, strict=True) if s <= t < e) > slots for t in starts):
+            continue
+        fine = True
+        for i, k in itertools.permutations(range(len(jobs)), 2):
+            # i commits first (ties: some order must work for the pair), k began before it
+            first = ends[i] < ends[k] or (ends[i] == ends[k] and i < k)
+            tie_saves = ends[i] == ends[k] and ok[k][i]
+            if starts[k] < ends[i] and first and not ok[i][k] and not tie_saves:
+                fine = False
+                break
+        if fine:
+            best = max(ends)
+    return best
+
+
+def test_the_branch_and_bound_agrees_with_plain_enumeration_on_three_job_instances(exact: ModuleType) -> None:
+    checked = 0
+    for index in range(400):
+        inst = exact.instance(7, index)
+        if len(inst.jobs) != 3 or sum(j.duration for j in inst.jobs) > 12:
+            continue
+        assert exact.optimum(inst) == enumerate_optimum(exact, inst), inst.describe()
+        checked += 1
+        if checked == 25:
+            break
+    assert checked == 25
+
+
+def test_occflow_never_loses_work_never_beats_the_optimum_and_stays_near_it(exact: ModuleType) -> None:
+    seed, count = 2025, 150
+    ratios = []
+    for index in range(count):
+        inst = exact.instance(seed, index)
+        best = exact.optimum(inst) * exact.UNIT
+        assert exact.optimum(inst, order_blind=True) * exact.UNIT >= best
+        for latency in exact.LATENCIES:
+            run = simulate(inst.workload(latency), "occflow")
+            assert exact.lost_work(inst, run) == [], (seed, index, inst.describe())
+            assert run.metrics.makespan >= best - 1e-6, (seed, index, inst.describe())
+            if latency == exact.LATENCIES[0]:
+                ratios.append(run.metrics.makespan / best)
+    assert sum(ratios) / len(ratios) <= 1.06
+    assert max(ratios) <= 1.7
+
+
+def test_gating_lets_an_insert_overwrite_run_beside_a_minor_compaction_and_commit_after_it(exact: ModuleType) -> None:
+    # MaxCompute transactional: minor_compact then insert_overwrite commits; the other order fails.
+    inst = exact.Instance(0, 0, exact.get_profile("maxcompute-transactional"), ("p0",), 2, (
+        exact.TinyJob(exact.Operation.MINOR_COMPACT, "p0", 0, 4),
+        exact.TinyJob(exact.Operation.INSERT_OVERWRITE, "p0", 0, 2),
+    ))
+    assert exact.optimum(inst) == 4 and exact.optimum(inst, order_blind=True) == 6
+    run = simulate(inst.workload(0.1), "occflow")
+    by_job = {a.job: a for a in run.attempts}
+    assert by_job[1].start == 0 and by_job[1].end == by_job[0].end == 240 and by_job[1].held == 120
+    assert [a.job for a in run.attempts] == [0, 1]  # the compaction commits first
+    assert exact.lost_work(inst, run) == []
