@@ -11,6 +11,8 @@ against a real api-server is test_ui_plugin_browser.py.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from occflow.leases import Holder, LeaseRequest, LeaseStore
@@ -79,7 +81,7 @@ def raced(tmp_path_factory, airflow_home):
         ).one()
         report = XComModel.deserialize_value(stored)
     store = LeaseStore.from_url(store_url)
-    yield {"run_id": run.run_id, "report": report, "store": store, "url": store_url}
+    yield {"run_id": run.run_id, "report": report, "store": store, "url": store_url, "path": str(tmp / "events")}
     store.dispose()
     mp.undo()
 
@@ -133,7 +135,13 @@ def test_timeline_shows_the_write_its_lost_attempt_and_its_lease(client, raced):
     assert lost["winner"] == "v1 WRITE"
     assert write["wasted_seconds"] == report["wasted_seconds"] > 0
     # The lease: the store's own grant and release events for the fence the report carries.
-    events = store.history_events("ui.events")
+    # The store files a delta-rs table under its location (the path, symlinks resolved), and the
+    # report says which key that is.
+    from occflow.core.identifiers import canonical_location
+
+    key = canonical_location(str(Path(raced["path"]).resolve()))
+    assert report["table_key"] == key
+    events = store.history_events(key)
     grant = next(e for e in events if e["kind"] == "grant" and e["fence"] == report["fence"])
     release = next(e for e in events if e["kind"] == "release" and e["lease_id"] == grant["lease_id"])
     lease = write["lease"]

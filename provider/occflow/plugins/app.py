@@ -21,7 +21,7 @@ Routes (under the mount prefix):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Annotated, Any
@@ -141,11 +141,16 @@ TableFilter = Annotated[str | None, Query(description="only this table (any spel
 Limit = Annotated[int, Query(ge=1, le=data.MAX_LIMIT, description="at most this many timeline entries")]
 
 
-def _tables(store: LeaseStore | None, reader: Reader, filters: data.Filters) -> tuple[list[dict[str, Any]], str | None]:
+def _tables(
+    store: LeaseStore | None, reader: Reader, filters: data.Filters, writes: list[dict[str, Any]] | None = None
+) -> tuple[list[dict[str, Any]], str | None]:
     if store is None:
         return [], None
+    writes = writes or []
+    known = frozenset(w["table_key"] for w in writes if w.get("table_key") and filters.wants_table(w["table"]))
     try:
-        return data.live_tables(store, reader.readable, filters), None
+        return data.live_tables(store, reader.readable, replace(filters, locations=known),
+                                data.table_names(writes)), None
     except LeaseStoreError as exc:
         return [], str(exc)
 
@@ -226,9 +231,10 @@ def view(
     filters = _filters(dag_id, table, limit, run_id)
     store, url, error = lease_store()
     reader = _reader(user)
-    found, read_error = _tables(store, reader, filters)
     result = data.timeline(store, session, reader.readable, filters, reads_every_dag=reader.every_dag)
     writes = [e for e in result["entries"] if e["kind"] == "write"]
+    # The live leases of the tables the reports name, by the locations those reports carry.
+    found, read_error = _tables(store, reader, filters, writes)
     html = page.render(
         {
             "base": URL_PREFIX,

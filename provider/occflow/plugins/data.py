@@ -12,24 +12,33 @@ Three sources, all read-only:
   that claims to be a report and is not one is shown as malformed, never a 500.
 
 A report carries its lease's fencing token, and a grant event carries the same token for the
-same table: that pair ties a write to its lease. Rows of DAGs the user may not read are left
+same table: that pair ties a write to its lease. The store files a delta-rs table under its
+location (``core.identifiers.canonical_location``), other tables under their canonical name; a
+table filter by name also finds the location a ``DeltaWriteOperator`` without ``path`` writes
+(``default_delta_location``, from the same ``OCCFLOW_HOME`` the workers read) and the locations
+the reports of that name carry (``table_key``). Rows of DAGs the user may not read are left
 out by the caller's ``readable`` predicate.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from airflow.models.taskinstance import TaskInstance as TI
 from airflow.models.xcom import XComModel
 from sqlalchemy import and_, or_, select
 
-from ..core.identifiers import canonical_table
+from ..core.errors import OccflowError
+from ..core.identifiers import canonical_location, canonical_table
 from ..core.report import MalformedReport, WriteReport
+from ..hooks.spark import default_delta_location
 from ..leases import LeaseStore, LeaseStoreError
 
 #: The XCom keys a write report is under: every end's report, then a committed try's return value.
@@ -50,6 +59,8 @@ class Filters:
     table: str | None = None
     limit: int = 200
     run_id: str | None = None
+    #: Locations the filter's table is known by besides its own (from the reports of that name).
+    locations: frozenset[str] = field(default=frozenset(), compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.limit, int) or not 1 <= self.limit <= MAX_LIMIT:
@@ -57,20 +68,66 @@ class Filters:
 
     @property
     def table_key(self) -> str | None:
-        return None if not self.table else canonical_table(self.table)
+        """The filter's table as one identity (a malformed name or location raises here)."""
+        return None if not self.table else table_key(self.table)
 
     def wants_dag(self, dag_id: str) -> bool:
         return not self.dag_id or dag_id == self.dag_id
 
     def wants_table(self, table: str) -> bool:
-        return self.table_key is None or _same_table(table, self.table_key)
+        if self.table is None:
+            return True
+        return table_key(table) in self.locations or _same_table(table, self.table)
+
+
+def _is_location(text: str) -> bool:
+    return "://" in text or text.startswith("/")
+
+
+def table_key(text: str) -> str:
+    """A table as the lease store files it: a location (delta-rs) or a canonical name."""
+    return canonical_location(text) if _is_location(text) else canonical_table(text)
+
+
+@lru_cache(maxsize=4096)
+def identities(table: str) -> frozenset[str]:
+    """Every key the store may file ``table`` under: a location is itself; a name is its canonical
+    name and the location a ``DeltaWriteOperator`` without ``path`` writes it at."""
+    if _is_location(table):
+        return frozenset({canonical_location(table)})
+    keys = {canonical_table(table)}
+    # A name no default location exists for (outside the warehouse) is its name only; the
+    # operator resolves symlinks in its path, so does this.
+    with contextlib.suppress(OccflowError, OSError):
+        keys.add(canonical_location(str(Path(default_delta_location(table)).resolve())))
+    return frozenset(keys)
 
 
 def _same_table(a: str, b: str) -> bool:
-    """One table in two spellings: the store keeps the canonical key, a report the declared name
-    (which may lack the catalog the key carries)."""
+    """One table in two spellings: a location and a name that leads there, or two names (a
+    report's declared name may lack the catalog the store's key carries)."""
+    if identities(a) & identities(b):
+        return True
+    if _is_location(a) or _is_location(b):
+        return False
     a, b = canonical_table(a), canonical_table(b)
-    return a == b or a.endswith("." + b) or b.endswith("." + a)
+    return a.endswith("." + b) or b.endswith("." + a)
+
+
+def table_name(key: str, names: Mapping[str, str] | None = None) -> str:
+    """What to call the table the store files under ``key``: the name a report gave it, the name
+    its default location stands for (``<warehouse>/<db>/<table>``), else the key itself."""
+    if names and key in names:
+        return names[key]
+    if _is_location(key):
+        try:
+            root = canonical_location(str(Path(default_delta_location("d.t")).resolve().parent.parent))
+        except (OccflowError, OSError):
+            return key
+        parts = key[len(root) + 1:].split("/") if key.startswith(root + "/") else []
+        if len(parts) == 2 and all(parts):
+            return ".".join(parts)
+    return key
 
 
 def _iso(epoch: float | None) -> str | None:
@@ -123,16 +180,19 @@ def _visible(holder: Mapping[str, Any], readable: Readable, filters: Filters) ->
     return filters.wants_dag(dag_id) and readable(dag_id)
 
 
-def live_tables(store: LeaseStore, readable: Readable, filters: Filters) -> list[dict[str, Any]]:
-    """Per table: the live leases and the waiting queue in serving order."""
+def live_tables(
+    store: LeaseStore, readable: Readable, filters: Filters, names: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """Per table: the live leases and the waiting queue in serving order. ``names``: what the
+    reports call the tables the store files by location."""
     tables: dict[str, dict[str, Any]] = {}
 
     def entry(table: str) -> dict[str, Any]:
-        return tables.setdefault(table, {"table": table, "leases": [], "waiting": []})
+        return tables.setdefault(table, {"table": table_name(table, names), "key": table, "leases": [], "waiting": []})
 
-    for lease in store.leases(filters.table_key):
+    for lease in store.leases():
         holder = _holder(lease.holder)
-        if not _visible(holder, readable, filters):
+        if not filters.wants_table(lease.table) or not _visible(holder, readable, filters):
             continue
         entry(lease.table)["leases"].append(
             {
@@ -146,9 +206,11 @@ def live_tables(store: LeaseStore, readable: Readable, filters: Filters) -> list
                 "holder": holder,
             }
         )
-    for place, waiting in enumerate(store.waiting(filters.table_key), start=1):
+    places: dict[str, int] = {}
+    for waiting in store.waiting():
+        places[waiting["table"]] = place = places.get(waiting["table"], 0) + 1
         holder = _holder(waiting["holder"])
-        if not _visible(holder, readable, filters):
+        if not filters.wants_table(waiting["table"]) or not _visible(holder, readable, filters):
             continue
         entry(waiting["table"])["waiting"].append(
             {
@@ -274,12 +336,13 @@ def _write_row(ti: Any, report: WriteReport | str | None) -> dict[str, Any]:
         "lease": None,
     }
     if not isinstance(report, WriteReport):
-        row.update(table=None, operation=None, partitions=None, committed=None, status=None, version=None,
+        row.update(table=None, table_key=None, operation=None, partitions=None, committed=None, status=None, version=None,
                    snapshot_id=None, attempts=None, conflicts=[], wasted_seconds=None, fence=None, engine=None,
                    rows=None, error=None)
         return row
     row.update(
         table=report.table,
+        table_key=report.table_key,  # the store's key for the table when it is a location
         operation=report.operation,
         partitions=None if report.partitions is None else [dict(p) for p in report.partitions],
         committed=report.committed,
@@ -374,7 +437,7 @@ def _link(writes: Sequence[dict[str, Any]], spans: Sequence[dict[str, Any]]) -> 
         if not write.get("fence"):
             continue
         for span in by_fence.get(int(write["fence"]), []):
-            if span["lease_id"] not in used and _same_table(span["table"], write["table"]):
+            if span["lease_id"] not in used and _same_table(span["table"], write["table_key"] or write["table"]):
                 write["lease"] = _span_view(span)
                 used.add(span["lease_id"])
                 break
@@ -407,15 +470,20 @@ def timeline(
     reader may read: ``readable`` DAGs, and spans no DAG can be named for only when
     ``reads_every_dag`` (the auth manager says the reader may read every DAG)."""
     writes = airflow_writes(session, readable, filters, task)
+    # The locations the filter's table was written at, as its reports say: its leases are there.
+    filters = replace(filters, locations=filters.locations | {w["table_key"] for w in writes if w["table_key"]})
     history_error = None
     recorded: list[dict[str, Any]] = []
     if store is not None:
         try:
-            recorded = lease_spans(store.history_events(filters.table_key))
+            recorded = lease_spans(store.history_events())
         except LeaseStoreError as exc:
             history_error = str(exc)
     spans = [s for s in recorded if span_visible(s, readable, filters, reads_every_dag)]
     unclaimed = _link(writes, spans)
+    names = table_names(writes)
+    for span in unclaimed:
+        span["key"], span["table"] = span["table"], table_name(span["table"], names)
     entries = list(writes)
     if task is None:
         entries += [{"kind": "lease", "at": s["ended_at"] or s["granted_at"], **_span_view(s)} for s in unclaimed]
@@ -429,6 +497,11 @@ def timeline(
         "history_error": history_error,
         "totals": _totals(e for e in entries if e["kind"] == "write"),
     }
+
+
+def table_names(writes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """What the reports call each table the store files by location."""
+    return {w["table_key"]: w["table"] for w in writes if w.get("table_key") and w.get("table")}
 
 
 def _totals(writes: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
