@@ -86,6 +86,12 @@ class WriteDeclaration:
     # place, not the name, is the table to admission (two names for one path are one table).
     location: str | None = None
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled with its profile's name (profiles hold their validators as closures): a
+        declaration crosses a process boundary (``occflow lint`` reads DAG files in a child)."""
+        return (_declaration, (self.table, self.profile.name, self.operation, self.partitions,
+                               self.reads_whole_table, self.catalog, self.engine_profile, self.location))
+
     def __repr__(self) -> str:
         """One line: the profile by name (its matrix is tens of KB of cells)."""
         where = "whole table" if self.partitions is None else ", ".join(
@@ -230,3 +236,10 @@ def normalise_partitions(
             partition_key(spec)
         out.append(dict(spec))
     return tuple(out) if out else None
+
+
+def _declaration(table: str, profile: str, operation: Operation, partitions: Any, reads_whole_table: bool,
+                 catalog: str | None, engine_profile: str | None, location: str | None) -> WriteDeclaration:
+    """``WriteDeclaration.__reduce__``'s other half: the profile looked up by its name again."""
+    return WriteDeclaration(table, get_profile(profile), operation, partitions, reads_whole_table, catalog,
+                            engine_profile, location)

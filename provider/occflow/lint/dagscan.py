@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
+import multiprocessing
 import os
+import pickle
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -79,11 +81,55 @@ def scan_dag_folder(folder: str | Path) -> ScannedFolder:
 
     A missing folder, or one without a DAG and without a file that failed to import, is a
     ``DagFolderError``: linting nothing must not pass. Files that fail to import are in
-    ``import_errors``.
+    ``import_errors``. The DAG files run in a child process: one that ends the interpreter
+    (``os._exit(0)`` at import) is an error here, not a lint that passed with no report.
     """
     folder = Path(folder)
     if not folder.exists():
         raise DagFolderError(f"DAG folder {str(folder)!r} does not exist")
+    context = multiprocessing.get_context("fork")
+    received, sent = context.Pipe(duplex=False)
+    child = context.Process(target=_scan_into, args=(folder, sent), daemon=True)
+    child.start()
+    sent.close()
+    try:
+        result = received.recv()
+    except EOFError:
+        child.join()
+        raise DagFolderError(
+            f"reading the DAG files in {str(folder)!r} ended the process (exit code {child.exitcode}) before "
+            "it could report: a DAG file exits the interpreter when imported (os._exit, a signal)"
+        ) from None
+    finally:
+        received.close()
+    child.join()
+    if isinstance(result, BaseException):
+        raise result
+    scanned: ScannedFolder = result
+    return scanned
+
+
+def _scan_into(folder: Path, sent: Any) -> None:
+    """The child's side of ``scan_dag_folder``: the scan, or the error it raised, sent back."""
+    try:
+        found: Any = _scan(folder)
+    except BaseException as exc:  # noqa: BLE001 - the parent raises it (or what it says)
+        found = exc
+    if not _picklable(found):
+        found = DagFolderError(f"the scan of {str(folder)!r} cannot be sent back: {found!r:.300}")
+    sent.send(found)
+    sent.close()
+
+
+def _picklable(value: Any) -> bool:
+    try:
+        pickle.dumps(value)
+    except Exception:  # noqa: BLE001 - any reason it cannot cross the pipe
+        return False
+    return True
+
+
+def _scan(folder: Path) -> ScannedFolder:
     bag = _dag_bag(folder)
     if not bag.dags and not bag.import_errors:
         read = len(getattr(bag, "dagbag_stats", ()) or ())
