@@ -81,6 +81,15 @@ class CommitRefused(Exception):
     """
 
 
+class LeaseNotLive(CommitRefused):
+    """The write's lease was not certainly live right before its commit: aborted uncommitted
+    (someone else may hold the footprint now). ``fence``: the lease's token, where known."""
+
+    def __init__(self, message: str, fence: int | None = None) -> None:
+        super().__init__(message)
+        self.fence = fence
+
+
 class AlreadyCommitted(CommitRefused):
     """The write is already in the table: another try (or attempt) of it committed.
 

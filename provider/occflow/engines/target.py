@@ -47,6 +47,9 @@ class AttemptContext:
     tag: CommitTag | None = None
     #: What the task's Airflow context is to a user's callable (``data`` / ``job``): opaque here.
     user_context: Any = field(default=None, compare=False, repr=False)
+    #: Until when (epoch seconds) the write's lease is certainly live (``None``: no admission);
+    #: a commit made in another process (a spark-submit driver) checks it (``spark.lease_window``).
+    lease_live_until: Callable[[], float | None] = field(default=lambda: None, compare=False, repr=False)
 
     def commit_metadata(self, declaration: WriteDeclaration) -> dict[str, str]:
         """Who made a commit, written into it: what ``TableCommitSensor`` and alerts look up."""

@@ -28,6 +28,7 @@ from ..engines.ledger import (
     CommitLedger,
     CommitRefused,
     FoundCommit,
+    LeaseNotLive,
     StaleOverwriteError,
     newer_overwrite,
 )
@@ -40,13 +41,9 @@ STALE_OVERWRITE_ACTIONS = ("report", "skip", "apply")
 STALE_OVERWRITE_ENV = "OCCFLOW_STALE_OVERWRITE"
 
 
-class LeaseLapsed(CommitRefused):
+class LeaseLapsed(LeaseNotLive):
     """The write's lease lapsed, was lost or was superseded before the commit: the attempt is
     aborted without committing (someone else may hold the footprint now)."""
-
-    def __init__(self, message: str, fence: int | None = None) -> None:
-        super().__init__(message)
-        self.fence = fence
 
 
 @dataclass(frozen=True)

@@ -42,13 +42,13 @@ from ..core.policy import Action, Decision, WritePolicy
 from ..core.ranges import spec_json
 from ..core.report import LeaseLoss, LostAttempt, WriteReport, WriteStatus
 from ..engines.deltars.table import DUPLICATE_COMPACTION
-from ..engines.ledger import AlreadyCommitted, StaleOverwriteError
+from ..engines.ledger import AlreadyCommitted, LeaseNotLive, StaleOverwriteError
 from ..engines.maxcompute import ResidueError
 from ..engines.outcome import WriteOutcome
 from ..engines.tags import KEYS
 from ..engines.target import AttemptContext, TaskRef, WriteTarget
 from ..leases import LeaseKeeper
-from .exactly_once import BeforeCommit, ExactlyOnce, LeaseLapsed, from_context
+from .exactly_once import BeforeCommit, ExactlyOnce, from_context
 from .history import WriteHistory, emit_metrics, store_history
 from .messages import attempt_line, engine_message, fitted_to_engine, sentence, why
 
@@ -136,6 +136,17 @@ class WriteFlow:
     def fence(self) -> int | None:
         return None if self.keeper is None else int(self.keeper.fence)
 
+    def _live_until(self) -> float | None:
+        """Until when (epoch seconds) the lease is certainly live, as its keeper knows it; ``None``
+        without admission. 0 once the keeper lost it."""
+        keeper = self.keeper
+        if keeper is None:
+            return None
+        deadline = keeper.deadline
+        if keeper.lost.is_set() or deadline is None:
+            return 0.0
+        return time.time() + (deadline - time.monotonic())
+
     # ------------------------------------------------------------------ the loop
 
     def run(self) -> WriteReport:
@@ -145,7 +156,7 @@ class WriteFlow:
         while True:
             try:
                 outcome = self._attempt(later_try)
-            except LeaseLapsed as lapsed:
+            except LeaseNotLive as lapsed:
                 self._abort_lease_lost(lapsed)  # raises
             except WriteLost as lost:
                 elapsed = time.time() - self.history.first_started
@@ -168,6 +179,7 @@ class WriteFlow:
         attempt = AttemptContext(
             number=history.attempts, before_commit=self.before_commit, fence=self.fence, task=self.task,
             tag=None if self._guard is None else self._guard.tag, user_context=self.context,
+            lease_live_until=self._live_until,
         )
         guard = self._guard
         try:
@@ -187,7 +199,7 @@ class WriteFlow:
             raise AirflowFailException(str(residue)) from residue
         except (AirflowFailException, AirflowSkipException, AirflowTaskTimeout, InvalidDeclarationError):
             raise
-        except LeaseLapsed:
+        except LeaseNotLive:
             history.wasted_seconds += time.monotonic() - started
             raise
         except AlreadyCommitted as done:  # the job's own Delta txn id is in the table already: done
@@ -282,7 +294,7 @@ class WriteFlow:
             report.to_dict(),
         )
 
-    def _abort_lease_lost(self, lapsed: LeaseLapsed) -> NoReturn:
+    def _abort_lease_lost(self, lapsed: LeaseNotLive) -> NoReturn:
         """The lease was not live at the commit: nothing was committed. Not a conflict: the task
         goes back through admission for a fresh lease (reschedule), or fails after
         ``MAX_LEASE_LOSSES`` such aborts, for Airflow's retries."""

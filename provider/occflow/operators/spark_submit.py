@@ -27,6 +27,7 @@ from ..core.errors import InvalidDeclarationError
 from ..engines.outcome import WriteOutcome
 from ..engines.spark import CallableJob, SubmitError, SubmittedJob, read_outcome
 from ..engines.spark import submit_job as submit_driver
+from ..engines.spark.lease_window import WindowPublisher, window_path
 from ..engines.spark.submit_ledger import submit_tag
 from ..engines.spark.submit_target import SparkSubmitTarget
 from ..engines.target import AttemptContext
@@ -62,6 +63,9 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
     :param py_files: extra Python files for the driver (``--py-files``).
     :param job_params: extra string parameters for the job (templated).
     :param durable: keep the driver's outcome path in the task state store (``ResumableJobMixin``).
+    :param master_gone_seconds: a cluster master (``spark://``) that accepts no connection for this
+        long means the cluster is gone: the driver is stopped and the attempt fails with that
+        message (not a conflict) instead of waiting forever.
     """
 
     template_fields: Sequence[str] = ("partitions", "sql", "job_params")
@@ -78,6 +82,7 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
         py_files: Sequence[str] = (),
         job_params: Mapping[str, str] | None = None,
         poll_interval: float = 1.0,
+        master_gone_seconds: float = 60.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -102,6 +107,7 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
         self.py_files = tuple(py_files)
         self.job_params = dict(job_params or {})
         self.poll_interval = poll_interval
+        self.master_gone_seconds = master_gone_seconds
         self._attempt_state: dict[str, Any] = {}
 
     def declare(self) -> WriteDeclaration:
@@ -114,8 +120,14 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
 
     def _run_driver(self, declaration: WriteDeclaration, attempt: AttemptContext) -> WriteOutcome:
         self._attempt_state = {"declaration": declaration, "attempt": attempt.number, "path": None,
-                               "before_commit": attempt.before_commit}
-        self.execute_resumable(attempt.user_context)  # submit, or reconnect to the driver a crashed try left
+                               "before_commit": attempt.before_commit, "fence": attempt.fence,
+                               "lease_live_until": attempt.lease_live_until, "window": None}
+        try:
+            self.execute_resumable(attempt.user_context)  # submit, or reconnect to the driver a crashed try left
+        finally:
+            window = self._attempt_state["window"]
+            if window is not None:  # the driver is done: the window closes (no later commit)
+                window.__exit__(None, None, None)
         path = self._attempt_state["path"]
         outcome = read_outcome(path) if path else None
         if outcome is None:
@@ -144,6 +156,11 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
             config["app_name"] = _safe(f"occflow.{ti.dag_id}.{ti.task_id}.{ti.map_index}.try{ti.try_number}")
         # A new driver only while the lease is live and the write is not in the table yet.
         self._attempt_state["before_commit"]()
+        fence = self._attempt_state["fence"]
+        window = None
+        if fence is not None:  # the driver checks the lease right before it commits (lease_window.py)
+            window = WindowPublisher(window_path(path), fence, self._attempt_state["lease_live_until"]).__enter__()
+            self._attempt_state["window"] = window
         submitted = submit_driver(
             job,
             declaration.table,
@@ -153,6 +170,7 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
             params=params,
             py_files=self.py_files,
             tag=submit_tag(),
+            lease_window=None if window is None else (window.path, fence),
         )
         self.log.info("submitted driver pid %s, outcome %s, log %s", submitted.pid, path, submitted.log_path)
         self._attempt_state["path"] = str(path)
@@ -179,7 +197,8 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
 
     def poll_until_complete(self, external_id: Any, context: Any) -> None:
         # A lost commit is not an error here: the write flow classifies the outcome.
-        SubmittedJob.reconnect(str(external_id)).wait(interval=self.poll_interval)
+        SubmittedJob.reconnect(str(external_id)).wait(interval=self.poll_interval,
+                                                      master_gone_after=self.master_gone_seconds)
 
     def get_job_result(self, external_id: Any, context: Any) -> Any:
         outcome = read_outcome(str(external_id))

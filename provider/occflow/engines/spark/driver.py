@@ -27,15 +27,17 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from occflow.core.errors import InvalidDeclarationError
 from occflow.core.operations import parse_operation
-from occflow.engines.ledger import AlreadyCommitted
+from occflow.engines.ledger import AlreadyCommitted, LeaseNotLive
 from occflow.engines.outcome import WriteOutcome
 from occflow.engines.spark.config import SparkConfig
 from occflow.engines.spark.jobs import ApplicationJob, CallableJob, SqlJob
+from occflow.engines.spark.lease_window import LEASE_NOT_LIVE, check_window
 from occflow.engines.spark.session import SparkEngine
 from occflow.engines.spark.submit import write_atomically
 from occflow.engines.tags import CommitTag
@@ -53,6 +55,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="SparkConfig as JSON, or @FILE holding it")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="job parameter")
     p.add_argument("--tag", help="the write's commit tag as a JSON object of properties")
+    p.add_argument("--lease-window", help="the task's lease window file (checked right before the commit)")
+    p.add_argument("--fence", type=int, help="the fencing token of the lease the driver was started under")
     job = p.add_mutually_exclusive_group(required=True)
     job.add_argument("--sql", help="SQL text (several statements separated by ;)")
     job.add_argument("--sql-file", help="file with SQL text")
@@ -106,15 +110,20 @@ def _tag(text: str | None) -> CommitTag | None:
 
 
 def run_tagged(engine: SparkEngine, job: Any, table: str, operation: str | None, params: dict[str, str],
-               tag: CommitTag | None) -> WriteOutcome:
-    """Run the job; with a tag, its commit carries the tag and is skipped if the write already landed."""
+               tag: CommitTag | None, lease_live: Callable[[], None] = lambda: None) -> WriteOutcome:
+    """Run the job; with a tag, its commit carries the tag and is skipped if the write already
+    landed. ``lease_live`` runs right before the commit, last (``LeaseNotLive``: not committed)."""
     if tag is None:
-        return engine.run(job, table, operation, params=params)
+        return engine.run(job, table, operation, params=params, before_commit=lease_live)
     ledger = engine.format.commit_ledger(engine.session(), table)
     if ledger is None:  # plain Parquet/Hive: no history to put the tag in
-        return engine.run(job, table, operation, params=params)
+        return engine.run(job, table, operation, params=params, before_commit=lease_live)
 
     def before_commit() -> None:
+        already_there()
+        lease_live()
+
+    def already_there() -> None:
         try:
             found = ledger.find_commit(tag)
         except Exception as exc:  # a table the job creates has no history yet: nothing landed
@@ -161,11 +170,21 @@ def main(argv: list[str] | None = None) -> int:
         engine.attach(SparkSession.builder.getOrCreate())
     app = _report_application(args.outcome, engine)
     start = time.perf_counter()
+    fence = args.fence
+
+    def lease_live() -> None:
+        if args.lease_window is not None and fence is not None:
+            check_window(args.lease_window, fence)
+
     try:
-        outcome = run_tagged(engine, job, args.table, args.operation, params, tag)
+        outcome = run_tagged(engine, job, args.table, args.operation, params, tag, lease_live)
     except InvalidDeclarationError as exc:
         print(f"occflow driver: {exc}", file=sys.stderr)
         return EXIT_BAD_ARGS
+    except LeaseNotLive as lapsed:  # refused right before the commit: nothing was committed
+        outcome = WriteOutcome(engine=engine.engine_name, table=args.table, operation=parse_operation(args.operation),
+                               committed=False, seconds=time.perf_counter() - start,
+                               tag={LEASE_NOT_LIVE: str(lapsed), "fence": str(fence)})
     data = json.loads(outcome.to_json())
     data["driver"] = {**app, "seconds_total": round(time.perf_counter() - start, 3)}
     write_atomically(args.outcome, json.dumps(data, sort_keys=True))

@@ -196,6 +196,18 @@ def _is_zombie(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[:1] == ["Z"]
 
 
+def master_listens(master: str, timeout: float = 3.0) -> bool:
+    """Whether a standalone master ``spark://host:port[,host:port]`` accepts a TCP connection."""
+    for address in master.removeprefix("spark://").split(","):
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host or address, int(port or 7077)), timeout=timeout):
+                return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
 def application_active(master_ui: str, application_id: str, timeout: float = 10.0) -> bool:
     """Whether the standalone master lists ``application_id`` among its active applications
     (``GET <master_ui>/json/``: ``activeapps`` / ``completedapps``)."""
@@ -303,15 +315,49 @@ class SubmittedJob:
         outcome = read_outcome(self.outcome_path)  # it may have written just before exiting
         return outcome if outcome is not None else self._no_outcome()
 
-    def wait(self, timeout: float | None = None, interval: float = 0.5) -> WriteOutcome:
+    def wait(
+        self, timeout: float | None = None, interval: float = 0.5, master_gone_after: float | None = None
+    ) -> WriteOutcome:
+        """The driver's outcome once it has one. ``master_gone_after``: when the driver's cluster
+        master (``spark://host:port``) has not accepted a connection for that many seconds, the
+        driver is stopped and the outcome says so (a driver whose cluster is gone would wait for
+        it forever)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        unreachable_since: float | None = None
+        next_probe = 0.0
         while True:
             outcome = self.poll()
             if outcome is not None:
                 return outcome
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"driver pid {self.pid} wrote no outcome to {self.outcome_path} in {timeout} s")
+            master = self._cluster_master() if master_gone_after is not None else None
+            if master is not None and time.monotonic() >= next_probe:
+                next_probe = time.monotonic() + min(5.0, max(master_gone_after or 0.0, 0.5) / 4)
+                if master_listens(master):
+                    unreachable_since = None
+                elif unreachable_since is None:
+                    unreachable_since = time.monotonic()
+                elif master_gone_after is not None and time.monotonic() - unreachable_since >= master_gone_after:
+                    return self._master_gone(master, master_gone_after)
             time.sleep(interval)
+
+    def _cluster_master(self) -> str | None:
+        """The standalone master the driver's application runs on (``spark://``), once reported."""
+        app = self.application()
+        master = None if app is None else str(app.get("master") or "")
+        return master if master and master.startswith("spark://") else None
+
+    def _master_gone(self, master: str, seconds: float) -> WriteOutcome:
+        self.kill()
+        message = (f"the Spark master {master} has not accepted a connection for {seconds:.0f} s: the cluster "
+                   f"is gone, driver pid {self.pid} was stopped (nothing committed by it after this point)")
+        return WriteOutcome(
+            engine="spark-submit", table=self.table, operation=parse_operation(self.operation), committed=False,
+            seconds=max(0.0, time.time() - self.started_at),
+            error=ErrorInfo(exception_class="occflow.engines.spark.submit.MasterGone", messages=(message,)),
+            classification=classify_error(message), tag={"log": self.log_path, "master_gone": master},
+        )
 
     def join(self, timeout: float | None = None, interval: float = 0.5) -> bool:
         """Wait for the driver process to exit (it writes the outcome, then stops its JVM)."""
@@ -356,11 +402,14 @@ def submit_job(
     spark_submit: str | None = None,
     env: Mapping[str, str] | None = None,
     tag: CommitTag | None = None,
+    lease_window: tuple[str | Path, int] | None = None,
 ) -> SubmittedJob:
     """Start ``job`` in a spark-submit driver that writes its outcome to ``outcome_path``.
 
     ``tag``: the write's commit tag; the driver puts it on its commit and, right before the
-    commit, refuses to commit a write whose tag the table already holds."""
+    commit, refuses to commit a write whose tag the table already holds. ``lease_window``: the
+    task's lease window file and the lease's fence (``lease_window.py``); the driver refuses to
+    commit unless that lease is certainly live then."""
     the_job = as_job(job)
     split_table(table)
     cfg = config if isinstance(config, SparkConfig) else SparkConfig.from_dict(config)
@@ -385,6 +434,8 @@ def submit_job(
         command += ["--param", f"{key}={value}"]
     if tag is not None:
         command += ["--tag", json.dumps(tag.properties(), sort_keys=True)]
+    if lease_window is not None:
+        command += ["--lease-window", str(Path(lease_window[0]).absolute()), "--fence", str(int(lease_window[1]))]
     command += _job_args(the_job)
     child_env = dict(os.environ)
     child_env.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -10,9 +10,10 @@ from typing import Any
 
 from ...core.declaration import WriteDeclaration
 from ...core.observed import ObservedFootprint
-from ..ledger import CommitLedger
+from ..ledger import CommitLedger, LeaseNotLive
 from ..outcome import WriteOutcome
 from ..target import AttemptContext
+from .lease_window import LEASE_NOT_LIVE
 from .submit_ledger import SubmitLedger
 
 ENGINE = "spark-submit"
@@ -31,7 +32,11 @@ class SparkSubmitTarget:
         """Nothing to start here: each attempt is its own driver."""
 
     def run_attempt(self, declaration: WriteDeclaration, attempt: AttemptContext) -> WriteOutcome:
-        return self.run_driver(declaration, attempt)
+        outcome = self.run_driver(declaration, attempt)
+        refused = outcome.tag.get(LEASE_NOT_LIVE)
+        if refused and not outcome.committed:
+            raise LeaseNotLive(f"the driver did not commit: {refused}", attempt.fence)
+        return outcome
 
     def commit_ledger(self, only_if: Mapping[str, str] | None = None) -> CommitLedger | None:
         """The table's ledger read from this process; the driver carries the tag
