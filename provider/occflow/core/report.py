@@ -61,8 +61,11 @@ class LostAttempt:
         won = self.winner
         if won is None:
             return None
-        where = f"v{won.version}" if won.version is not None else (
-            f"snapshot {won.snapshot_id}" if won.snapshot_id is not None else "")
+        where = (
+            f"v{won.version}"
+            if won.version is not None
+            else (f"snapshot {won.snapshot_id}" if won.snapshot_id is not None else "")
+        )
         parts = [p for p in (where, won.operation or "") if p]
         if won.task_id:
             parts.append(f"by task {won.task_id}")
@@ -214,7 +217,9 @@ class WriteReport:
             error=r.opt_str("error"),
             fence=r.opt_int("fence"),
             lease_lost=tuple(
-                LeaseLoss(attempt=e.whole("attempt"), fence=e.opt_int("fence"), reason=e.opt_str("reason") or "")
+                LeaseLoss(
+                    attempt=e.whole("attempt"), fence=e.opt_int("fence"), reason=e.opt_str("reason") or ""
+                )
                 for e in r.records("lease_lost")
             ),
             committed_by=r.opt_str("committed_by"),
@@ -228,29 +233,58 @@ class WriteReport:
     def looks_like(data: Any) -> bool:
         """Whether ``data`` claims to be a write report (it may still be malformed)."""
         return isinstance(data, Mapping) and (
-            data.get("format") == REPORT_FORMAT or {"table", "operation", "attempts", "conflicts"} <= set(data)
+            data.get("format") == REPORT_FORMAT
+            or {"table", "operation", "attempts", "conflicts"} <= set(data)
         )
 
 
 _KNOWN_KEYS = frozenset(
     {
-        "format", "status", "table", "operation", "profile", "partitions", "engine", "committed", "version",
-        "snapshot_id", "rows", "seconds", "attempts", "conflicts", "decisions", "lost_attempts",
-        "wasted_seconds", "tag", "error", "fence", "lease_lost", "committed_by", "observed_footprint",
-        "footprint_exceeded", "table_key",
+        "format",
+        "status",
+        "table",
+        "operation",
+        "profile",
+        "partitions",
+        "engine",
+        "committed",
+        "version",
+        "snapshot_id",
+        "rows",
+        "seconds",
+        "attempts",
+        "conflicts",
+        "decisions",
+        "lost_attempts",
+        "wasted_seconds",
+        "tag",
+        "error",
+        "fence",
+        "lease_lost",
+        "committed_by",
+        "observed_footprint",
+        "footprint_exceeded",
+        "table_key",
     }
 )
 
 
 def _lost_dict(a: LostAttempt) -> dict[str, Any]:
-    return {**a.conflict_dict(), **a.decision_dict(), "reason": a.reason, "decision_reason": a.decision_reason}
+    return {
+        **a.conflict_dict(),
+        **a.decision_dict(),
+        "reason": a.reason,
+        "decision_reason": a.decision_reason,
+    }
 
 
 def _lost_attempts(r: _Reader) -> tuple[LostAttempt, ...]:
     """``lost_attempts`` when present; else joined from the older ``conflicts`` + ``decisions``."""
     if r.data.get("lost_attempts") is not None:
         return tuple(
-            _lost_from(e, e, e.opt_str("reason") or "", e.opt_str("decision_reason") or "", e.whole("attempt"))
+            _lost_from(
+                e, e, e.opt_str("reason") or "", e.opt_str("decision_reason") or "", e.whole("attempt")
+            )
             for e in r.records("lost_attempts")
         )
     # Reports written by hand or before attempts were numbered: the n-th entry is attempt n.
@@ -286,7 +320,9 @@ def _lost_from(c: _Reader, d: _Reader | None, reason: str, decision_reason: str,
             raise MalformedReport(f"{d.where}.action: unknown action {d.data.get('action')!r}") from None
     winner_data = c.opt_mapping("winning_commit")
     try:
-        winner = WinningCommit.from_dict(winner_data) if any(v is not None for v in winner_data.values()) else None
+        winner = (
+            WinningCommit.from_dict(winner_data) if any(v is not None for v in winner_data.values()) else None
+        )
     except (TypeError, ValueError, AttributeError) as exc:
         raise MalformedReport(f"{c.where}.winning_commit: {exc}") from None
     return LostAttempt(
@@ -307,11 +343,15 @@ def _partitions(r: _Reader) -> tuple[Mapping[str, Any], ...] | None:
     if value is None:
         return None
     if not isinstance(value, Sequence) or isinstance(value, (str, bytes)):
-        raise MalformedReport(f"{r.where}.partitions: a list of {{column: value}}, got {type(value).__name__}")
+        raise MalformedReport(
+            f"{r.where}.partitions: a list of {{column: value}}, got {type(value).__name__}"
+        )
     out = []
     for i, spec in enumerate(value):
         if not isinstance(spec, Mapping):
-            raise MalformedReport(f"{r.where}.partitions[{i}]: a {{column: value}} mapping, got {type(spec).__name__}")
+            raise MalformedReport(
+                f"{r.where}.partitions[{i}]: a {{column: value}} mapping, got {type(spec).__name__}"
+            )
         out.append(dict(spec))
     return tuple(out)
 
@@ -332,7 +372,9 @@ class _Reader:
         if isinstance(value, bool) and bool not in types:
             raise MalformedReport(f"{self.where}.{key}: {what}, got {value!r}")
         if not isinstance(value, types):
-            raise MalformedReport(f"{self.where}.{key}: {what}, got {type(value).__name__} {str(value)[:40]!r}")
+            raise MalformedReport(
+                f"{self.where}.{key}: {what}, got {type(value).__name__} {str(value)[:40]!r}"
+            )
         if isinstance(value, float) and not math.isfinite(value):
             raise MalformedReport(f"{self.where}.{key}: a finite number, got {value!r}")
         return value

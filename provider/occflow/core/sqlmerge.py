@@ -28,7 +28,9 @@ def read_merge(found: SqlWrite, tree: exp.Merge, columns: dict[str, str]) -> Rea
     reading = Reading(found.operation, True, [], condition=tree.args.get("on"), label="MERGE ON", bare=False)
     source_name = source.alias_or_name.lower() if isinstance(source, exp.Expr) else ""
     if source_name in qualifiers:
-        reading.why.append(f"the source is also called {source_name!r}: no column of ON is surely the target's")
+        reading.why.append(
+            f"the source is also called {source_name!r}: no column of ON is surely the target's"
+        )
         qualifiers = frozenset()
     reading.qualifiers = qualifiers
     if columns:
@@ -45,14 +47,20 @@ def _merge_clauses(reading: Reading, tree: exp.Merge, columns: dict[str, str], s
     target = reading.qualifiers
     for when in whens.expressions if isinstance(whens, exp.Whens) else ():
         if not isinstance(when, exp.When):
-            raise InvalidDeclarationError(f"MERGE clause {short(when)!r} cannot be read: a WHEN ... THEN clause")
+            raise InvalidDeclarationError(
+                f"MERGE clause {short(when)!r} cannot be read: a WHEN ... THEN clause"
+            )
         then, label = when.args.get("then"), _when_label(when)
         by_source, matched = bool(when.args.get("source")), bool(when.args.get("matched"))
         if isinstance(then, exp.Var) and then.name.upper() == "DELETE" and not by_source:
             continue  # deletes rows ON already selects
         if matched or by_source:
-            if not (isinstance(then, exp.Update) or (isinstance(then, exp.Var) and then.name.upper() == "DELETE")):
-                raise InvalidDeclarationError(f"{label} THEN {short(then)}: cannot be read (UPDATE SET ... or DELETE)")
+            if not (
+                isinstance(then, exp.Update) or (isinstance(then, exp.Var) and then.name.upper() == "DELETE")
+            ):
+                raise InvalidDeclarationError(
+                    f"{label} THEN {short(then)}: cannot be read (UPDATE SET ... or DELETE)"
+                )
             if by_source:
                 reading.anywhere.append(_by_source_why(label, when.args.get("condition")))
                 continue
@@ -102,13 +110,27 @@ def _inserted(insert: exp.Insert, columns: dict[str, str], label: str) -> tuple[
     it may be generated from the data)."""
     names, values = insert.this, insert.expression
     if isinstance(names, exp.Star):
-        return {}, f"{label} THEN INSERT * takes the partition columns from the source: its rows land in any partition"
+        return (
+            {},
+            f"{label} THEN INSERT * takes the partition columns from the source: "
+            "its rows land in any partition",
+        )
     if names is None:
-        return {}, f"{label} THEN INSERT VALUES (...) without a column list: which value is a partition column is not known"
+        return (
+            {},
+            f"{label} THEN INSERT VALUES (...) without a column list: "
+            "which value is a partition column is not known",
+        )
     if not isinstance(names, exp.Tuple) or not isinstance(values, exp.Tuple):
-        raise InvalidDeclarationError(f"{label} THEN {short(insert)}: cannot be read (INSERT (cols) VALUES (vals) or INSERT *)")
-    if len(names.expressions) != len(values.expressions) or not all(isinstance(n, exp.Column) for n in names.expressions):
-        raise InvalidDeclarationError(f"{label} THEN {short(insert)}: the column list and the values do not pair up")
+        raise InvalidDeclarationError(
+            f"{label} THEN {short(insert)}: cannot be read (INSERT (cols) VALUES (vals) or INSERT *)"
+        )
+    if len(names.expressions) != len(values.expressions) or not all(
+        isinstance(n, exp.Column) for n in names.expressions
+    ):
+        raise InvalidDeclarationError(
+            f"{label} THEN {short(insert)}: the column list and the values do not pair up"
+        )
     given = {n.name.lower(): v for n, v in zip(names.expressions, values.expressions, strict=True)}
     spec: Spec = {}
     for lowered, column in columns.items():
@@ -119,7 +141,11 @@ def _inserted(insert: exp.Insert, columns: dict[str, str], label: str) -> tuple[
             )
         literal = read_literal(column, given[lowered])
         if literal is None or literal.value is None:
-            return {}, f"{label} THEN INSERT takes {column} from {short(given[lowered])}: its rows land in any partition"
+            return (
+                {},
+                f"{label} THEN INSERT takes {column} from {short(given[lowered])}: "
+                "its rows land in any partition",
+            )
         spec[column] = literal.value
     return spec, None
 

@@ -69,7 +69,9 @@ def assignments(
                     )
             continue
         if not isinstance(item, exp.EQ) or not isinstance(item.this, exp.Column):
-            raise InvalidDeclarationError(f"{label}: the assignment {short(item)!r} cannot be read (column = value)")
+            raise InvalidDeclarationError(
+                f"{label}: the assignment {short(item)!r} cannot be read (column = value)"
+            )
         assigned = columns.get(item.this.name.lower())
         if assigned is None:
             continue
@@ -77,7 +79,11 @@ def assignments(
         if literal is not None and literal.value is not None and assigned not in moves:
             moves[assigned] = literal.value
         elif not same(assigned, item.expression):
-            return {}, f"{label} sets {assigned} = {short(item.expression)}: rows move to partitions the data decides"
+            return (
+                {},
+                f"{label} sets {assigned} = {short(item.expression)}: "
+                "rows move to partitions the data decides",
+            )
     return moves, None
 
 
@@ -97,7 +103,11 @@ def is_column(value: exp.Expr, column: str, qualifiers: frozenset[str], bare: bo
     """``value`` is the target's own ``column`` (``t.ds``; unqualified only where ``bare``)."""
     if isinstance(value, exp.Paren):
         return is_column(value.this, column, qualifiers, bare)
-    if not isinstance(value, exp.Column) or value.name.lower() != column.lower() or value.args.get("db") is not None:
+    if (
+        not isinstance(value, exp.Column)
+        or value.name.lower() != column.lower()
+        or value.args.get("db") is not None
+    ):
         return False
     return value.table.lower() in qualifiers if value.table else bare
 

@@ -41,7 +41,7 @@ class Commit:
 def local_table_path(location: str) -> Path:
     """A table location on this machine's filesystem (``file://`` or a path); a remote URI is an
     error: the watchers read table logs from a filesystem path."""
-    path = location[len("file://"):] if location.startswith("file://") else location
+    path = location[len("file://") :] if location.startswith("file://") else location
     if "://" in path:
         raise InvalidDeclarationError(
             f"commit watching reads table logs from a filesystem path; {location!r} is a remote URI"

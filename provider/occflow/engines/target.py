@@ -93,7 +93,9 @@ class WriteTarget(Protocol):
         """What the committed ``outcome`` really touched, read from the engine's log or
         metadata (``None``: this engine cannot say)."""
 
-    def report_details(self, declaration: WriteDeclaration, outcome: WriteOutcome | None) -> Mapping[str, Any]:
+    def report_details(
+        self, declaration: WriteDeclaration, outcome: WriteOutcome | None
+    ) -> Mapping[str, Any]:
         """Engine-specific entries for the write report (``{}`` for most engines)."""
 
 

@@ -54,7 +54,9 @@ def connection_extras(conn: Any, conn_id: str) -> Mapping[str, Any]:
         return {}
     found = loads(str(raw), f"the extras of connection {conn_id!r}")
     if not isinstance(found, Mapping):
-        raise InvalidDeclarationError(f"the extras of connection {conn_id!r} must be a JSON object, got {raw[:80]!r}")
+        raise InvalidDeclarationError(
+            f"the extras of connection {conn_id!r} must be a JSON object, got {raw[:80]!r}"
+        )
     return found
 
 

@@ -79,12 +79,16 @@ class ConflictReport:
         if not self.is_conflict:
             lines = [self.subject]
             if self.table:
-                lines.append(f"  table:          {self.table}" + (f", partition {self.partition}" if self.partition else ""))
+                lines.append(
+                    f"  table:          {self.table}"
+                    + (f", partition {self.partition}" if self.partition else "")
+                )
             if self.operation:
                 lines.append(f"  operation:      {self.operation}")
             lines += [
                 f"  error:          {_indented(self.error)}",
-                "  occflow did not retry it as a conflict; " + {
+                "  occflow did not retry it as a conflict; "
+                + {
                     True: "Airflow will retry the task (its ordinary retries).",
                     False: "Airflow will not retry the task.",
                     None: "the task's ordinary retries decide.",
@@ -94,10 +98,14 @@ class ConflictReport:
                 lines.append(f"  beyond declared: {self.footprint_exceeded}")
             return "\n".join(lines)
         lines = [self.subject]
-        lines.append(f"  table:          {self.table or 'unknown'}"
-                     + (f", partition {self.partition}" if self.partition else ""))
+        lines.append(
+            f"  table:          {self.table or 'unknown'}"
+            + (f", partition {self.partition}" if self.partition else "")
+        )
         if self.operation:
-            lines.append(f"  operation:      {self.operation}" + (f" (profile {self.profile})" if self.profile else ""))
+            lines.append(
+                f"  operation:      {self.operation}" + (f" (profile {self.profile})" if self.profile else "")
+            )
         lines.append(f"  conflict:       {self.kind.value}: {self.kind.message}")
         winner = self.winner.describe() if self.winner is not None else "unknown (the engine did not name it)"
         if self.winner_task:
@@ -192,10 +200,13 @@ class ConflictNotifier(BaseNotifier):
         last = None if report is None else report.last_lost
         winner = classification.winning_commit or (None if last is None else last.winner)
         table = (report.table if report else None) or (from_policy or {}).get("table") or self.table
-        operation = (report.operation if report else None) or (from_policy or {}).get("operation") or self.operation
+        operation = (
+            (report.operation if report else None) or (from_policy or {}).get("operation") or self.operation
+        )
         profile = (report.profile if report else None) or (from_policy or {}).get("profile") or self.profile
-        partition = _partition_text(None if report is None else list(report.partitions or ())) or _partition_text(
-            self.partition)
+        partition = _partition_text(
+            None if report is None else list(report.partitions or ())
+        ) or _partition_text(self.partition)
         winner_task, winner_report = _winner_task(ti, context, table, winner)
         own_excess = None if report is None else report.footprint_exceeded
         winner_excess = None if winner_report is None else winner_report.footprint_exceeded
@@ -221,9 +232,12 @@ class ConflictNotifier(BaseNotifier):
             wasted_seconds=None if report is None else report.wasted_seconds,
             decision=decision,
             advice=advice,
-            footprint_exceeded=str(own_excess["message"]) if own_excess and own_excess.get("message") else None,
+            footprint_exceeded=str(own_excess["message"])
+            if own_excess and own_excess.get("message")
+            else None,
             winner_footprint_exceeded=str(winner_excess["message"])
-            if winner_excess and winner_excess.get("message") else None,
+            if winner_excess and winner_excess.get("message")
+            else None,
             retried_by_airflow=_retried_by_airflow(exception, ti, context),
             status=None if report is None else report.status.value,
         )
@@ -239,9 +253,13 @@ class ConflictNotifier(BaseNotifier):
         if report is not None and last is not None and not last.is_conflict:
             # The operator's last attempt failed without a conflict: earlier lost attempts (that
             # were retried) are not why the task failed.
-            return Classification(kind=ConflictKind.NOT_A_CONFLICT, engine=report.engine, reason=last.decision_reason)
+            return Classification(
+                kind=ConflictKind.NOT_A_CONFLICT, engine=report.engine, reason=last.decision_reason
+            )
         if report is not None and last is not None:
-            return Classification(kind=last.kind, engine=report.engine, reason=last.reason, winning_commit=last.winner)
+            return Classification(
+                kind=last.kind, engine=report.engine, reason=last.reason, winning_commit=last.winner
+            )
         if from_policy and from_policy.get("classification"):
             data = from_policy["classification"]
             return Classification(
@@ -330,7 +348,12 @@ def _winner_task(
 ) -> tuple[str | None, WriteReport | None]:
     """The task of this DAG run whose write report committed the winning version, and that
     report (``(None, None)`` when no task's report names it)."""
-    if ti is None or table is None or winner is None or (winner.version is None and winner.snapshot_id is None):
+    if (
+        ti is None
+        or table is None
+        or winner is None
+        or (winner.version is None and winner.snapshot_id is None)
+    ):
         return None, None
     if winner.task_id and winner.tagged:
         return winner.task_id, None  # the commit names its task (occflow's tag)
@@ -347,7 +370,9 @@ def _winner_task(
                 if not isinstance(value, Mapping) or value.get("table") != table:
                     continue
                 same_version = winner.version is not None and value.get("version") == winner.version
-                same_snapshot = winner.snapshot_id is not None and value.get("snapshot_id") == winner.snapshot_id
+                same_snapshot = (
+                    winner.snapshot_id is not None and value.get("snapshot_id") == winner.snapshot_id
+                )
                 if same_version or same_snapshot:
                     return (task_id if len(candidates) == 1 else f"{task_id}[{index}]"), _parsed(value)
     return None, None
@@ -373,7 +398,7 @@ def _decision_text(
         reason = last.decision_reason
         prefix = f"{last.kind.value}: "
         if reason.startswith(prefix):
-            reason = reason[len(prefix):]
+            reason = reason[len(prefix) :]
         if reason in advice:  # the fail-fast reason is the advice below: said once
             reason = "occflow does not retry it (what to change, below)"
         return f"{last.action.value}: {reason}"
@@ -386,7 +411,10 @@ def _decision_text(
 
 
 def _advice(
-    kind: ConflictKind, operation: str | None, partition: str | None, report: WriteReport | None,
+    kind: ConflictKind,
+    operation: str | None,
+    partition: str | None,
+    report: WriteReport | None,
     engine: str | None = None,
 ) -> tuple[str, ...]:
     """The kind's help text as it fits the engine that raised it (``core.advice``), plus what the

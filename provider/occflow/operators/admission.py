@@ -1,26 +1,34 @@
 """Step 2 of the write flow: a lease on the task's footprint, or a deferral until there is one.
 
 ``occflow.leases.TaskAdmission`` owns every step (the store, the holder, the request, the
-decision, the heartbeats); this module only wires it to an operator's arguments and makes a
-waiting write defer on ``LeaseAdmissionTrigger``, so it holds no worker slot while it waits.
+decision, the heartbeats); this module only wires it to an operator's arguments. A write that
+is not admitted at once waits in its worker (woken the moment a lease on the table is let go)
+for up to ``wait_seconds``, then defers on ``LeaseAdmissionTrigger`` so it holds no worker slot.
+The trigger takes no lease: it resumes the task when its footprint looks free, and the resumed
+try takes the lease itself (or waits again). So a lease is held only by a running try, never
+across Airflow's resume latency.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
+import os
+import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, TaskDeferred
 
 from ..core.declaration import WriteDeclaration
 from ..leases import (
     Lease,
     LeaseKeeper,
     LeaseLostError,
+    LeaseRequest,
     LeaseStoreUnavailable,
     NotAdmittedError,
     TaskAdmission,
@@ -28,16 +36,19 @@ from ..leases import (
 from ..triggers.lease import LeaseAdmissionTrigger
 
 #: Seconds a write that is not admitted at once waits in its worker for a lease before it
-#: defers (``admission_wait_seconds`` on the operator). A lease let go meanwhile wakes it at once,
-#: so a short wait saves Airflow's deferral round trip (trigger, re-queue, a new task process:
-#: seconds) at the price of a worker slot held that long. 0 defers at once.
-DEFAULT_ADMISSION_WAIT_SECONDS = 0.0
-#: Seconds after a deferral before the admission trigger resumes the task (it takes the lease
-#: when woken, and holds it that long at most): a task resumed sooner can be killed by an
-#: Airflow 3.3 scheduler race (``LeaseStoreTrigger._settle``). The deferring process's exit
-#: reaches the scheduler up to Airflow's ``[workers] min_heartbeat_interval`` (5 s) after the
-#: deferral, plus the executor's and scheduler's loops: twice that. ``admission_resume_settle_seconds``
-#: on the operator overrides it.
+#: defers (``admission_wait_seconds`` on the operator). A lease let go meanwhile wakes it at once
+#: (0.1 s on PostgreSQL, 0.3 s on SQLite), where a deferral costs Airflow's round trip (trigger,
+#: re-queue, a new task process: 3-6 s) on every hand-off; a chain of short conflicting writes
+#: pays that per write. It holds a worker (and pool) slot while it waits, so it is bounded: a
+#: write blocked longer than this defers and frees the slot. 0 defers at once.
+DEFAULT_ADMISSION_WAIT_SECONDS = 60.0
+#: Seconds after a deferral before the admission trigger resumes the task: a task resumed sooner
+#: can be killed by an Airflow 3.3 scheduler race (``LeaseStoreTrigger._settle``). The deferring
+#: process's exit reaches the scheduler up to Airflow's ``[workers] min_heartbeat_interval`` (5 s)
+#: after the deferral, plus the executor's and scheduler's loops. The trigger holds no lease
+#: meanwhile (it takes none), so the guard delays only the deferred task itself, and only when
+#: its footprint frees within this time of its deferral. ``admission_resume_settle_seconds`` on
+#: the operator overrides it.
 DEFAULT_RESUME_SETTLE_SECONDS = 10.0
 
 
@@ -73,6 +84,8 @@ def _seconds(name: str, seconds: Any) -> float:
 #: ``defer(trigger=..., method_name=...)``: the operator's own ``BaseOperator.defer``.
 Defer = Callable[..., None]
 
+_log = logging.getLogger(__name__)
+
 
 def admit(
     settings: AdmissionSettings, declaration: WriteDeclaration, context: Mapping[str, Any],
@@ -82,8 +95,41 @@ def admit(
     ``LeaseAdmissionTrigger`` (``defer`` never returns then)."""
     if not settings.enabled:
         return None
+    return _lease_or_defer(settings, settings.admission.request(declaration, context), log, defer)
+
+
+def lease_from_event(
+    settings: AdmissionSettings, event: Mapping[str, Any] | None, log: logging.Logger | None = None,
+    defer: Defer | None = None,
+) -> Lease | None:
+    """The lease of a task the admission trigger resumed: the trigger saw its footprint free, and
+    this try takes the lease itself, with the same request (``decide``). If another writer took
+    the footprint meanwhile, it waits in the worker again and then defers again (``defer``,
+    default: raise ``TaskDeferred``), as ``admit`` does; it never fails for that.
+
+    An ``admitted`` event comes from a trigger of an earlier occflow that took the lease itself:
+    that lease is looked up; the task fails if it lapsed before the task resumed."""
+    if not settings.enabled:
+        return None
+    log = log or _log
+    if event and event.get("status") == "free" and isinstance(event.get("request"), Mapping):
+        request = LeaseRequest.from_dict(event["request"])
+        # The same request (its id, its try), held by this process now.
+        request = dataclasses.replace(
+            request, holder=dataclasses.replace(request.holder, host=socket.gethostname(), pid=os.getpid()))
+        return _lease_or_defer(settings, request, log, defer or _raise_deferred)
+    try:
+        return settings.admission.lease_from_event(event)
+    except (NotAdmittedError, LeaseLostError, LeaseStoreUnavailable) as exc:
+        raise AirflowException(str(exc)) from exc
+
+
+def _raise_deferred(**kwargs: Any) -> None:
+    raise TaskDeferred(**kwargs)
+
+
+def _lease_or_defer(settings: AdmissionSettings, request: LeaseRequest, log: logging.Logger, defer: Defer) -> Lease:
     admission = settings.admission
-    request = admission.request(declaration, context)
     try:
         if settings.wait_seconds > 0:
             decided = admission.wait_for_lease(request, settings.wait_seconds, safety_poll=settings.poll_interval)
@@ -99,7 +145,8 @@ def admit(
             log.info("admitted: %s (fence %d)", decided.lease.describe(), decided.lease.fence)
             return decided.lease
         log.info(
-            "not admitted yet, deferring: %s waits for %s",
+            "not admitted%s, deferring: %s waits for %s",
+            f" within {settings.wait_seconds:g}s" if settings.wait_seconds > 0 else " yet",
             request.describe(),
             "; ".join(b.describe() for b in decided.blockers),
         )
@@ -111,17 +158,7 @@ def admit(
         ),
         method_name="execute_admitted",
     )
-    return None  # pragma: no cover - defer raises
-
-
-def lease_from_event(settings: AdmissionSettings, event: Mapping[str, Any] | None) -> Lease | None:
-    """The lease the admission trigger was granted; the task fails if it has none any more."""
-    if not settings.enabled:
-        return None
-    try:
-        return settings.admission.lease_from_event(event)
-    except (NotAdmittedError, LeaseLostError, LeaseStoreUnavailable) as exc:
-        raise AirflowException(str(exc)) from exc
+    raise AssertionError("defer() returned")  # pragma: no cover - defer raises
 
 
 def keep(

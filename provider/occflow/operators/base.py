@@ -173,12 +173,16 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
 
     def admission_settings(self) -> AdmissionSettings:
         return AdmissionSettings(
-            enabled=bool(self.admission), store_url=self.lease_store_url, lease_ttl=self.lease_ttl,
+            enabled=bool(self.admission),
+            store_url=self.lease_store_url,
+            lease_ttl=self.lease_ttl,
             poll_interval=self.admission_poll_interval,
-            wait_seconds=admission.DEFAULT_ADMISSION_WAIT_SECONDS if self.admission_wait_seconds is None
+            wait_seconds=admission.DEFAULT_ADMISSION_WAIT_SECONDS
+            if self.admission_wait_seconds is None
             else self.admission_wait_seconds,
             resume_settle_seconds=admission.DEFAULT_RESUME_SETTLE_SECONDS
-            if self.admission_resume_settle_seconds is None else self.admission_resume_settle_seconds,
+            if self.admission_resume_settle_seconds is None
+            else self.admission_resume_settle_seconds,
         )
 
     def declare(self) -> WriteDeclaration:
@@ -206,7 +210,9 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
 
     def write_policy(self) -> WritePolicy:
         # occflow's operators re-plan every attempt from a fresh snapshot (the targets load it).
-        return derive_policy(self.profile, self.operation, self.policy_overrides, replans_from_fresh_snapshot=True)
+        return derive_policy(
+            self.profile, self.operation, self.policy_overrides, replans_from_fresh_snapshot=True
+        )
 
     def flow_settings(self) -> FlowSettings:
         return FlowSettings(
@@ -225,9 +231,16 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
         try:
             with admission.keep(settings, lease, self.log) as keeper:
                 flow = WriteFlow(
-                    declaration=declaration, policy=self.write_policy(), target=target, context=context,
-                    log=self.log, history=history, settings=self.flow_settings(), keeper=keeper,
-                    publish=lambda report: self.publish_report(report, context), task=task_ref(context),
+                    declaration=declaration,
+                    policy=self.write_policy(),
+                    target=target,
+                    context=context,
+                    log=self.log,
+                    history=history,
+                    settings=self.flow_settings(),
+                    keeper=keeper,
+                    publish=lambda report: self.publish_report(report, context),
+                    task=task_ref(context),
                     try_number=try_number(context),
                 )
                 report = flow.run()

@@ -23,6 +23,7 @@ from .lineage import path_dataset
 #: profile, and the one admission checks for corrupting pairs whatever the task declares.
 ENGINE_PROFILE = "delta-rs"
 
+
 class DeltaWriteOperator(OccflowWriteOperator):
     """A write on a Delta table through delta-rs, under the table's conflict policy.
 
@@ -105,7 +106,9 @@ class DeltaWriteOperator(OccflowWriteOperator):
         if create_if_missing:  # a DAG import error, not a run error
             self._new_table_schema()
         elif schema is not None or partition_by is not None:
-            raise InvalidDeclarationError(f"{self.task_id}: schema / partition_by need create_if_missing=True")
+            raise InvalidDeclarationError(
+                f"{self.task_id}: schema / partition_by need create_if_missing=True"
+            )
 
     @classmethod
     def parse_time_declaration(cls, kwargs: Mapping[str, Any]) -> WriteDeclaration | None:
@@ -113,8 +116,12 @@ class DeltaWriteOperator(OccflowWriteOperator):
         declared = super().parse_time_declaration(_delta_rs_defaults(kwargs))
         if declared is None:
             return None
-        return delta_rs_declaration(declared, str(kwargs.get("task_id")), bool(kwargs.get("admission", True)),
-                                    bool(kwargs.get("allow_unsafe_concurrency", False)))
+        return delta_rs_declaration(
+            declared,
+            str(kwargs.get("task_id")),
+            bool(kwargs.get("admission", True)),
+            bool(kwargs.get("allow_unsafe_concurrency", False)),
+        )
 
     def declare(self) -> WriteDeclaration:
         """The rendered declaration, on delta-rs's matrix; before admission, the location and
@@ -151,8 +158,10 @@ class DeltaWriteOperator(OccflowWriteOperator):
             return
         cells = declaration.corrupting_cells()
         partners = {c.earlier for c in cells} | {c.later for c in cells}
-        related = {t.task_id for t in (*self.get_flat_relatives(upstream=True),
-                                        *self.get_flat_relatives(upstream=False))}
+        related = {
+            t.task_id
+            for t in (*self.get_flat_relatives(upstream=True), *self.get_flat_relatives(upstream=False))
+        }
         for task in self.dag.tasks:
             if task is self or task.task_id in related or not isinstance(task, DeltaWriteOperator):
                 continue
@@ -160,20 +169,28 @@ class DeltaWriteOperator(OccflowWriteOperator):
             if same_table and task.occflow_write.operation in partners:
                 raise InvalidDeclarationError(
                     f"allow_unsafe_concurrency=True, yet task {task.task_id!r} of this DAG runs "
-                    f"{task.occflow_write.operation.value} on the same table with no dependency between them: "
-                    f"{declaration.operation.value} beside it corrupts the data on delta-rs; keep admission on, "
+                    f"{task.occflow_write.operation.value} on the same table with no dependency "
+                    f"between them: {declaration.operation.value} beside it corrupts the data on "
+                    "delta-rs; keep admission on, "
                     f"or order the two tasks (>>)"
                 )
 
     def _delta_write(self) -> DeltaRsWrite:
         """The built-in operation's parameters, as rendered."""
         return DeltaRsWrite(
-            data=self.data, merge_keys=self.merge_keys, where=self.where, set_values=self.set_values,
-            add_columns=self.add_columns, properties=self.properties, job=self.job,
+            data=self.data,
+            merge_keys=self.merge_keys,
+            where=self.where,
+            set_values=self.set_values,
+            add_columns=self.add_columns,
+            properties=self.properties,
+            job=self.job,
         )
 
     def _target(self) -> DeltaRsTarget:
-        return DeltaRsTarget(self.path, self._delta_write(), self.storage_options or None, table_name=self.table)
+        return DeltaRsTarget(
+            self.path, self._delta_write(), self.storage_options or None, table_name=self.table
+        )
 
     def write_target(self, declaration: WriteDeclaration, context: Any) -> DeltaRsTarget:
         return self._target()
@@ -182,14 +199,18 @@ class DeltaWriteOperator(OccflowWriteOperator):
         """The pyarrow schema and partition columns of the table ``create_if_missing`` creates."""
         source = declaration or self.occflow_write
         declared = sorted({str(k) for spec in source.partitions or () for k in spec})
-        return new_table_schema(self.schema, self.partition_by, declared, f"{self.task_id}: create_if_missing")
+        return new_table_schema(
+            self.schema, self.partition_by, declared, f"{self.task_id}: create_if_missing"
+        )
 
     def _create_table(self, target: DeltaRsTarget, declaration: WriteDeclaration) -> None:
         """The table at ``path``, created empty when it is not there (``create_if_missing``).
         Before admission: creating commits version 0 of a table no write holds yet."""
         arrow, partition_by = self._new_table_schema(declaration)
         if target.create(arrow, partition_by):
-            self.log.info("created %s at %s (partitioned by %s)", self.table, self.path, partition_by or "nothing")
+            self.log.info(
+                "created %s at %s (partitioned by %s)", self.table, self.path, partition_by or "nothing"
+            )
 
     def openlineage_location(self) -> tuple[str, str, tuple[str, str] | None]:
         return path_dataset(self.path, self.table, self.derived_location)

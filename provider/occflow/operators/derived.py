@@ -30,8 +30,14 @@ class Settled:
     why: tuple[str, ...]
 
 
-def settle(declaration: WriteDeclaration, derived: DerivedWrite, profile: Profile, facts: TableFacts | None,
-           *, derive_partitions: bool) -> Settled:
+def settle(
+    declaration: WriteDeclaration,
+    derived: DerivedWrite,
+    profile: Profile,
+    facts: TableFacts | None,
+    *,
+    derive_partitions: bool,
+) -> Settled:
     """The declaration with ``profile`` and, when ``derive_partitions``, the SQL's partitions
     (else the declared ones, checked against the SQL); the operator's retry policy follows
     ``profile`` from then on."""
@@ -40,6 +46,11 @@ def settle(declaration: WriteDeclaration, derived: DerivedWrite, profile: Profil
     else:
         check_derived_against(derived, declaration)
         partitions, reads_whole = declaration.partitions, declaration.reads_whole_table
-    settled = replace(declaration, profile=profile, engine_profile=profile.name, partitions=partitions,
-                      reads_whole_table=reads_whole)
+    settled = replace(
+        declaration,
+        profile=profile,
+        engine_profile=profile.name,
+        partitions=partitions,
+        reads_whole_table=reads_whole,
+    )
     return Settled(settled, tuple(why_of(derived, facts)))

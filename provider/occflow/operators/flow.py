@@ -60,7 +60,9 @@ MAX_LEASE_LOSSES = 3
 class WriteLost(Exception):
     """One attempt did not commit: carries the engine's outcome (or exception) and its class."""
 
-    def __init__(self, classification: Classification, outcome: WriteOutcome | None, error: BaseException | None):
+    def __init__(
+        self, classification: Classification, outcome: WriteOutcome | None, error: BaseException | None
+    ):
         self.engine_message = engine_message(outcome, error)
         super().__init__(f"{classification.kind.value}: {self.engine_message}")
         self.classification = classification
@@ -161,7 +163,8 @@ class WriteFlow:
             except WriteLost as lost:
                 elapsed = time.time() - self.history.first_started
                 decision = fitted_to_engine(
-                    self.policy.decide(lost.classification, self.history.attempts, elapsed), self.target.engine_name
+                    self.policy.decide(lost.classification, self.history.attempts, elapsed),
+                    self.target.engine_name,
                 )
                 self._record(lost, decision)
                 if decision.action is not Action.RETRY:
@@ -177,8 +180,12 @@ class WriteFlow:
         history.attempts += 1
         started = time.monotonic()
         attempt = AttemptContext(
-            number=history.attempts, before_commit=self.before_commit, fence=self.fence, task=self.task,
-            tag=None if self._guard is None else self._guard.tag, user_context=self.context,
+            number=history.attempts,
+            before_commit=self.before_commit,
+            fence=self.fence,
+            task=self.task,
+            tag=None if self._guard is None else self._guard.tag,
+            user_context=self.context,
             lease_live_until=self._live_until,
         )
         guard = self._guard
@@ -187,12 +194,15 @@ class WriteFlow:
                 outcome = self.target.run_attempt(self.declaration, attempt)
             else:
                 done = self._found_committed(guard) if later_try or attempt.number > 1 else None
-                outcome = done or guard.run(lambda: self.target.run_attempt(self.declaration, attempt),
-                                            verify_first=False)
+                outcome = done or guard.run(
+                    lambda: self.target.run_attempt(self.declaration, attempt), verify_first=False
+                )
         except StaleOverwriteError as stale:
             status = WriteStatus.SKIPPED if stale.action == "skip" else WriteStatus.FAILED
             self._end(status, error=str(stale))
-            raise (AirflowSkipException if stale.action == "skip" else AirflowFailException)(str(stale)) from stale
+            raise (AirflowSkipException if stale.action == "skip" else AirflowFailException)(
+                str(stale)
+            ) from stale
         except ResidueError as residue:
             history.wasted_seconds += time.monotonic() - started
             self._end(WriteStatus.FAILED, error=str(residue))
@@ -204,9 +214,14 @@ class WriteFlow:
             raise
         except AlreadyCommitted as done:  # the job's own Delta txn id is in the table already: done
             by = {} if done.found is None else {"committed_by": done.found.by}
-            return WriteOutcome(engine=self.target.engine_name, table=self.declaration.table,
-                                operation=self.declaration.operation, committed=True, seconds=0.0,
-                                tag={"exactly_once": str(done), **by})
+            return WriteOutcome(
+                engine=self.target.engine_name,
+                table=self.declaration.table,
+                operation=self.declaration.operation,
+                committed=True,
+                seconds=0.0,
+                tag={"exactly_once": str(done), **by},
+            )
         except Exception as exc:
             # An engine that raises instead of returning an outcome: classified the same way.
             history.wasted_seconds += time.monotonic() - started
@@ -261,7 +276,9 @@ class WriteFlow:
             error=lost.engine_message,
         )
         self.history.lost.append(entry)
-        self.log.warning("%s", attempt_line(entry, self.declaration.operation.value, self.declaration.table, decision))
+        self.log.warning(
+            "%s", attempt_line(entry, self.declaration.operation.value, self.declaration.table, decision)
+        )
 
     def _act_on(self, decision: Decision, lost: WriteLost) -> NoReturn:
         """Turn a decision that ends this try into what Airflow understands: reschedule, skip,
@@ -270,7 +287,8 @@ class WriteFlow:
         if decision.action is Action.RESCHEDULE:
             self._end(WriteStatus.RESCHEDULED, lost.outcome, error=lost.engine_message, keep_history=True)
             raise AirflowRescheduleException(  # type: ignore[no-untyped-call]  # Airflow's class is untyped
-                timezone.utcnow() + timedelta(seconds=max(decision.delay_seconds, 1.0)))
+                timezone.utcnow() + timedelta(seconds=max(decision.delay_seconds, 1.0))
+            )
         if decision.action is Action.SKIP:
             self._end(WriteStatus.SKIPPED, lost.outcome, error=lost.engine_message)
             raise AirflowSkipException(decision.reason)
@@ -282,7 +300,8 @@ class WriteFlow:
             raise ConflictFailure(
                 f"{declaration.operation.value} on {declaration.table} lost with {kind.value} and occflow "
                 f"will not retry it: {sentence(why(decision))} "
-                f"(attempts {history.attempts}, {history.wasted_seconds:.1f}s wasted; engine: {lost.engine_message})",
+                f"(attempts {history.attempts}, {history.wasted_seconds:.1f}s wasted; "
+                f"engine: {lost.engine_message})",
                 report.to_dict(),
                 conflict,
             ) from lost
@@ -290,7 +309,8 @@ class WriteFlow:
         if lost.error is not None:
             raise lost.error
         raise WriteNotCommitted(
-            f"{declaration.operation.value} on {declaration.table} failed (not a conflict): {lost.engine_message}",
+            f"{declaration.operation.value} on {declaration.table} failed (not a conflict): "
+            f"{lost.engine_message}",
             report.to_dict(),
         )
 
@@ -299,20 +319,31 @@ class WriteFlow:
         goes back through admission for a fresh lease (reschedule), or fails after
         ``MAX_LEASE_LOSSES`` such aborts, for Airflow's retries."""
         history, declaration = self.history, self.declaration
-        history.lease_losses.append(LeaseLoss(attempt=history.attempts, fence=lapsed.fence, reason=str(lapsed)))
-        message = (f"attempt {history.attempts} of {declaration.operation.value} on {declaration.table} "
-                   f"aborted before its commit: {lapsed}")
+        history.lease_losses.append(
+            LeaseLoss(attempt=history.attempts, fence=lapsed.fence, reason=str(lapsed))
+        )
+        message = (
+            f"attempt {history.attempts} of {declaration.operation.value} on {declaration.table} "
+            f"aborted before its commit: {lapsed}"
+        )
         if len(history.lease_losses) >= MAX_LEASE_LOSSES:
             self._end(WriteStatus.FAILED, error=message)
-            raise LeaseLostFailure(f"{message} ({len(history.lease_losses)} times; failing for Airflow's retries)") from lapsed
+            raise LeaseLostFailure(
+                f"{message} ({len(history.lease_losses)} times; failing for Airflow's retries)"
+            ) from lapsed
         self._end(WriteStatus.RESCHEDULED, error=message, keep_history=True)
-        when = timezone.utcnow() + timedelta(seconds=max(float(self.settings.reschedule_after_lease_loss), 1.0))
+        when = timezone.utcnow() + timedelta(
+            seconds=max(float(self.settings.reschedule_after_lease_loss), 1.0)
+        )
         self.log.warning("%s; rescheduling until %s to be admitted again", message, when.isoformat())
-        raise AirflowRescheduleException(when) from lapsed  # type: ignore[no-untyped-call]  # Airflow's class is untyped
+        # Airflow's exception class is untyped.
+        raise AirflowRescheduleException(when) from lapsed  # type: ignore[no-untyped-call]
 
     # ------------------------------------------------------------------ the report
 
-    def report(self, status: WriteStatus, outcome: WriteOutcome | None = None, error: str | None = None) -> WriteReport:
+    def report(
+        self, status: WriteStatus, outcome: WriteOutcome | None = None, error: str | None = None
+    ) -> WriteReport:
         declaration, history = self.declaration, self.history
         tag = {} if outcome is None else dict(outcome.tag)
         return WriteReport(
@@ -321,7 +352,9 @@ class WriteFlow:
             profile=declaration.profile.name,
             engine=self.target.engine_name,
             status=status,
-            partitions=None if declaration.partitions is None else tuple(spec_json(p) for p in declaration.partitions),
+            partitions=None
+            if declaration.partitions is None
+            else tuple(spec_json(p) for p in declaration.partitions),
             version=None if outcome is None else outcome.version,
             snapshot_id=None if outcome is None else outcome.snapshot_id,
             rows=None if outcome is None else outcome.rows,
@@ -339,7 +372,10 @@ class WriteFlow:
         )
 
     def _end(
-        self, status: WriteStatus, outcome: WriteOutcome | None = None, error: str | None = None,
+        self,
+        status: WriteStatus,
+        outcome: WriteOutcome | None = None,
+        error: str | None = None,
         keep_history: bool = False,
     ) -> WriteReport:
         """The try ends without a commit: its report published, metrics sent, the history kept
@@ -367,16 +403,28 @@ class WriteFlow:
         if outcome.tag.get("exactly_once"):  # found in the table, not written again by this try
             self.log.info(
                 "%s on %s was already committed by %s (%s): this try (%d) wrote nothing; %s",
-                d.operation.value, d.table, report.committed_by or "an earlier attempt", _commit_text(report),
-                self.try_number, outcome.tag["exactly_once"],
+                d.operation.value,
+                d.table,
+                report.committed_by or "an earlier attempt",
+                _commit_text(report),
+                self.try_number,
+                outcome.tag["exactly_once"],
             )
         elif report.version is None and report.snapshot_id is None:
-            self.log.info("%s on %s committed nothing: there was nothing to change (%d attempt(s))",
-                          d.operation.value, d.table, report.attempts)
+            self.log.info(
+                "%s on %s committed nothing: there was nothing to change (%d attempt(s))",
+                d.operation.value,
+                d.table,
+                report.attempts,
+            )
         else:
             self.log.info(
                 "committed %s on %s: %s after %d attempt(s), %d conflict(s), %.1fs wasted",
-                d.operation.value, d.table, _commit_text(report), report.attempts, len(report.conflicts),
+                d.operation.value,
+                d.table,
+                _commit_text(report),
+                report.attempts,
+                len(report.conflicts),
                 report.wasted_seconds,
             )
         return report
@@ -389,17 +437,29 @@ class WriteFlow:
         try:
             observed = self.target.observe_commit(outcome)
         except Exception as exc:  # noqa: BLE001 - the write is committed; only the check is lost
-            self.log.warning("could not read what the commit of %s on %s touched (%s): %s",
-                             d.operation.value, d.table, _commit_text(report), exc)
+            self.log.warning(
+                "could not read what the commit of %s on %s touched (%s): %s",
+                d.operation.value,
+                d.table,
+                _commit_text(report),
+                exc,
+            )
             return report
         if observed is None:
             return report
         found = excess(d, observed)
         if found is not None:
-            self.log.warning("footprint exceeded: %s (commit %s). What to change: %s",
-                             found.describe(), observed.version_or_snapshot, found.advice)
-        return replace(report, observed_footprint=observed.to_dict(),
-                       footprint_exceeded=None if found is None else found.to_dict())
+            self.log.warning(
+                "footprint exceeded: %s (commit %s). What to change: %s",
+                found.describe(),
+                observed.version_or_snapshot,
+                found.advice,
+            )
+        return replace(
+            report,
+            observed_footprint=observed.to_dict(),
+            footprint_exceeded=None if found is None else found.to_dict(),
+        )
 
 
 def _commit_text(report: WriteReport) -> str:
@@ -420,7 +480,9 @@ def task_ref(context: Any) -> TaskRef | None:
     map_index = getattr(ti, "map_index", None)
     number = getattr(ti, "try_number", None)
     return TaskRef(
-        dag_id=str(ti.dag_id), task_id=str(ti.task_id), run_id=str(ti.run_id),
+        dag_id=str(ti.dag_id),
+        task_id=str(ti.task_id),
+        run_id=str(ti.run_id),
         map_index=int(map_index) if isinstance(map_index, int) else -1,
         try_number=int(number) if isinstance(number, int) else 1,
     )

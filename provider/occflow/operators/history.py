@@ -27,9 +27,17 @@ class WriteHistory:
 
     def to_dict(self) -> dict[str, Any]:
         """Kept in the state store in the report's own layout (one serialisation for both)."""
-        as_report = WriteReport(table="-", operation="-", profile="-", engine="-", status=WriteStatus.RESCHEDULED,
-                                attempts=self.attempts, lost=tuple(self.lost), wasted_seconds=self.wasted_seconds,
-                                lease_lost=tuple(self.lease_losses)).to_dict()
+        as_report = WriteReport(
+            table="-",
+            operation="-",
+            profile="-",
+            engine="-",
+            status=WriteStatus.RESCHEDULED,
+            attempts=self.attempts,
+            lost=tuple(self.lost),
+            wasted_seconds=self.wasted_seconds,
+            lease_lost=tuple(self.lease_losses),
+        ).to_dict()
         return {"first_started": self.first_started, **{k: as_report[k] for k in _KEPT}}
 
     @classmethod

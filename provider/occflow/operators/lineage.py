@@ -154,11 +154,15 @@ class OpenLineageMixin:
                     lifecycleStateChange=facets.LifecycleStateChange(lifecycle)
                 )
             if report is not None and report.rows is not None:
-                output_facets["outputStatistics"] = facets.OutputStatisticsOutputDatasetFacet(rowCount=report.rows)
+                output_facets["outputStatistics"] = facets.OutputStatisticsOutputDatasetFacet(
+                    rowCount=report.rows
+                )
         run_facets: dict[str, Any] = {}
         if report is not None:
             run_facets[CONFLICTS_FACET] = facets.OccflowConflictsRunFacet(**conflict_fields(report))
-        output = OutputDataset(namespace=namespace, name=name, facets=dataset_facets, outputFacets=output_facets)
+        output = OutputDataset(
+            namespace=namespace, name=name, facets=dataset_facets, outputFacets=output_facets
+        )
         return OperatorLineage(outputs=[output], run_facets=run_facets)
 
     def _write_fields(self, report: WriteReport | None) -> dict[str, Any]:

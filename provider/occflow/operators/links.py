@@ -50,7 +50,9 @@ class CommitUrls(Protocol):
     def table_history_url(self, report: WriteReport) -> str | None: ...
 
 
-def _ask(operator: object, url: Callable[[CommitUrls, WriteReport], str | None], report: WriteReport | None) -> str:
+def _ask(
+    operator: object, url: Callable[[CommitUrls, WriteReport], str | None], report: WriteReport | None
+) -> str:
     if report is None or not report.committed or not isinstance(operator, CommitUrls):
         return ""
     return url(operator, report) or ""

@@ -79,9 +79,14 @@ class MaxComputeWriteOperator(OccflowWriteOperator):
         **kwargs: Any,
     ) -> None:
         if not isinstance(sql, str) or not sql.strip():
-            raise InvalidDeclarationError(f"{kwargs.get('task_id')}: sql must be one MaxCompute write statement")
-        self.derives = {"operation": kwargs.get("operation") is None, "partitions": "partitions" not in kwargs,
-                        "profile": kwargs.get("profile") is None}
+            raise InvalidDeclarationError(
+                f"{kwargs.get('task_id')}: sql must be one MaxCompute write statement"
+            )
+        self.derives = {
+            "operation": kwargs.get("operation") is None,
+            "partitions": "partitions" not in kwargs,
+            "profile": kwargs.get("profile") is None,
+        }
         if kwargs.get("operation") is None:
             kwargs["operation"] = _sql_operation(sql, str(kwargs.get("task_id")))
         if kwargs.get("profile") is None:
@@ -113,8 +118,11 @@ class MaxComputeWriteOperator(OccflowWriteOperator):
             return None
         operation = kwargs.get("operation") or _sql_operation(sql, where)
         declared = WriteDeclaration.create(
-            kwargs["table"], operation, profile=kwargs.get("profile") or _provisional_profile(operation),
-            partitions=kwargs.get("partitions"), allow_templates=True,
+            kwargs["table"],
+            operation,
+            profile=kwargs.get("profile") or _provisional_profile(operation),
+            partitions=kwargs.get("partitions"),
+            allow_templates=True,
         )
         if not _templated(sql):
             check_maxcompute_sql(sql, declared, where)
@@ -124,8 +132,13 @@ class MaxComputeWriteOperator(OccflowWriteOperator):
 
     def client(self) -> Any:
         if self._client is None:
-            hook = OccflowMaxComputeHook(self.maxcompute_conn_id, project=self.project, endpoint=self.endpoint,
-                                         standin=self.standin, standin_fallback=self.standin_fallback)
+            hook = OccflowMaxComputeHook(
+                self.maxcompute_conn_id,
+                project=self.project,
+                endpoint=self.endpoint,
+                standin=self.standin,
+                standin_fallback=self.standin_fallback,
+            )
             self._client = hook.get_client()
         return self._client
 
@@ -158,7 +171,11 @@ class MaxComputeWriteOperator(OccflowWriteOperator):
 
     def _target(self, declaration: WriteDeclaration, context: Any = None) -> MaxComputeTarget:
         return MaxComputeTarget(
-            self.client(), declaration.table, self.sql, hints=self.hints, poll_interval=self.poll_interval,
+            self.client(),
+            declaration.table,
+            self.sql,
+            hints=self.hints,
+            poll_interval=self.poll_interval,
             exactly_once=self.exactly_once is not False,
             on_instance=lambda instance, again: self._publish(context, instance, again),
         )
@@ -192,7 +209,9 @@ def _sql_operation(sql: str, where: str) -> str:
         return read_maxcompute_write(sql, None).operation.value
     except InvalidDeclarationError as exc:
         hint = " (it holds a template: declare operation=...)" if _templated(sql) else ""
-        raise InvalidDeclarationError(f"{where}: the operation cannot be derived from the SQL{hint}: {exc}") from None
+        raise InvalidDeclarationError(
+            f"{where}: the operation cannot be derived from the SQL{hint}: {exc}"
+        ) from None
 
 
 def _provisional_profile(operation: str) -> str:
@@ -203,5 +222,3 @@ def _provisional_profile(operation: str) -> str:
             continue
         return name
     return _PROFILES[0]  # the declaration names the operation it does not know
-
-

@@ -41,8 +41,10 @@ def attempt_line(lost: LostAttempt, operation: str, table: str, decision: Decisi
     engine's message, and what happens next."""
     what = f"attempt {lost.attempt} of {operation} on {table}"
     if not lost.is_conflict:
-        return (f"{what} failed (not a conflict): {lost.error}; occflow does not retry it, "
-                "the task's ordinary retries decide")
+        return (
+            f"{what} failed (not a conflict): {lost.error}; occflow does not retry it, "
+            "the task's ordinary retries decide"
+        )
     next_step = {
         Action.RETRY: f"retrying in {decision.delay_seconds:.1f}s from a fresh snapshot",
         Action.RESCHEDULE: f"rescheduling the task in {max(decision.delay_seconds, 1.0):.0f}s",
@@ -69,7 +71,7 @@ def fitted_to_engine(decision: Decision, engine: str) -> Decision:
 def why(decision: Decision) -> str:
     """The decision's reason without the ``kind:`` prefix the policy puts before it."""
     prefix = f"{decision.kind.value}: "
-    return decision.reason[len(prefix):] if decision.reason.startswith(prefix) else decision.reason
+    return decision.reason[len(prefix) :] if decision.reason.startswith(prefix) else decision.reason
 
 
 def sentence(text: str) -> str:

@@ -49,7 +49,9 @@ def spark_declaration(
     if config is None:
         return replace(declared, engine_profile=declared.profile.name), None
     spark = SparkConfig.from_dict(config)
-    return replace(declared, catalog=spark.table_catalog, engine_profile=declared.profile.name), spark.sql_catalog
+    return replace(
+        declared, catalog=spark.table_catalog, engine_profile=declared.profile.name
+    ), spark.sql_catalog
 
 
 def checked_sql(sql: SqlText, declaration: WriteDeclaration, sql_catalog: str | None, where: str) -> str:
@@ -113,9 +115,11 @@ class SparkWriteOperator(OccflowWriteOperator):
         sql = sql_of(job)
         # A SQL job may leave operation and partitions out: the operation is derived now, the
         # partitions at run time, from the rendered SQL and the table's real partition columns.
-        derives = {"operation": sql is not None and kwargs.get("operation") is None,
-                   "partitions": sql is not None and "partitions" not in kwargs,
-                   "profile": kwargs.get("profile") is None}
+        derives = {
+            "operation": sql is not None and kwargs.get("operation") is None,
+            "partitions": sql is not None and "partitions" not in kwargs,
+            "profile": kwargs.get("profile") is None,
+        }
         if kwargs.get("operation") is None:
             kwargs["operation"] = sql_operation(sql, kwargs)
         super().__init__(**kwargs)
@@ -136,7 +140,9 @@ class SparkWriteOperator(OccflowWriteOperator):
         if create_if_missing:  # a bad column, type or partition column fails the DAG import
             table_columns(self.schema, self._partition_columns(self.occflow_write), self.task_id)
         elif schema is not None or partition_by is not None:
-            raise InvalidDeclarationError(f"{self.task_id}: schema / partition_by need create_if_missing=True")
+            raise InvalidDeclarationError(
+                f"{self.task_id}: schema / partition_by need create_if_missing=True"
+            )
         self.occflow_write, sql_catalog = spark_declaration(self.occflow_write, self.spark_config)
         if self.sql is not None and not templated(self.sql):
             checked_sql(self.sql, self.occflow_write, sql_catalog, self.task_id)  # a DAG import error
@@ -184,7 +190,8 @@ class SparkWriteOperator(OccflowWriteOperator):
     def create_table(self, declaration: WriteDeclaration) -> None:
         """``CREATE TABLE IF NOT EXISTS`` (and its namespace) in the session's table format."""
         statement = self._target(declaration).create(
-            self.schema or {}, self._partition_columns(declaration), self.task_id)
+            self.schema or {}, self._partition_columns(declaration), self.task_id
+        )
         self.log.info("ensured the table exists: %s", statement)
 
     def openlineage_location(self) -> tuple[str, str, tuple[str, str] | None]:
@@ -205,7 +212,9 @@ class SparkWriteOperator(OccflowWriteOperator):
             return job
         # Checked in declare(); again here, against the running session's catalog, so the
         # text that runs is the text that was checked.
-        return checked_sql(self.sql, declaration, spark_engine(self.session_config()).config.sql_catalog, self.task_id)
+        return checked_sql(
+            self.sql, declaration, spark_engine(self.session_config()).config.sql_catalog, self.task_id
+        )
 
     def write_target(self, declaration: WriteDeclaration, context: Any) -> SparkTarget:
         return self._target(declaration)
@@ -221,7 +230,9 @@ def sql_operation(sql: SqlText | None, kwargs: Mapping[str, Any]) -> str:
         return derive_write(sql, None).operation.value
     except InvalidDeclarationError as exc:
         hint = " (it holds a template: declare operation=...)" if templated(sql) else ""
-        raise InvalidDeclarationError(f"{where}: the operation cannot be derived from the SQL job{hint}: {exc}") from None
+        raise InvalidDeclarationError(
+            f"{where}: the operation cannot be derived from the SQL job{hint}: {exc}"
+        ) from None
 
 
 def check_templated_operation(sql: SqlText, declaration: WriteDeclaration, where: str) -> None:

@@ -119,11 +119,19 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
         return SparkSubmitTarget(self.session_config(), declaration.table, self._run_driver)
 
     def _run_driver(self, declaration: WriteDeclaration, attempt: AttemptContext) -> WriteOutcome:
-        self._attempt_state = {"declaration": declaration, "attempt": attempt.number, "path": None,
-                               "before_commit": attempt.before_commit, "fence": attempt.fence,
-                               "lease_live_until": attempt.lease_live_until, "window": None}
+        self._attempt_state = {
+            "declaration": declaration,
+            "attempt": attempt.number,
+            "path": None,
+            "before_commit": attempt.before_commit,
+            "fence": attempt.fence,
+            "lease_live_until": attempt.lease_live_until,
+            "window": None,
+        }
         try:
-            self.execute_resumable(attempt.user_context)  # submit, or reconnect to the driver a crashed try left
+            self.execute_resumable(
+                attempt.user_context
+            )  # submit, or reconnect to the driver a crashed try left
         finally:
             window = self._attempt_state["window"]
             if window is not None:  # the driver is done: the window closes (no later commit)
@@ -142,7 +150,10 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
         where = outcome_dir()
         if ti is not None:
             where = where / str(ti.dag_id) / _safe(str(ti.run_id)) / f"{ti.task_id}.{ti.map_index}"
-        path = where / f"try{getattr(ti, 'try_number', 0)}-attempt{self._attempt_state['attempt']}-{os.getpid()}.json"
+        path = (
+            where
+            / f"try{getattr(ti, 'try_number', 0)}-attempt{self._attempt_state['attempt']}-{os.getpid()}.json"
+        )
         config = self.session_config()
         job: Any = self.job
         if self.sql is not None:
@@ -159,7 +170,9 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
         fence = self._attempt_state["fence"]
         window = None
         if fence is not None:  # the driver checks the lease right before it commits (lease_window.py)
-            window = WindowPublisher(window_path(path), fence, self._attempt_state["lease_live_until"]).__enter__()
+            window = WindowPublisher(
+                window_path(path), fence, self._attempt_state["lease_live_until"]
+            ).__enter__()
             self._attempt_state["window"] = window
         submitted = submit_driver(
             job,
@@ -197,8 +210,9 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
 
     def poll_until_complete(self, external_id: Any, context: Any) -> None:
         # A lost commit is not an error here: the write flow classifies the outcome.
-        SubmittedJob.reconnect(str(external_id)).wait(interval=self.poll_interval,
-                                                      master_gone_after=self.master_gone_seconds)
+        SubmittedJob.reconnect(str(external_id)).wait(
+            interval=self.poll_interval, master_gone_after=self.master_gone_seconds
+        )
 
     def get_job_result(self, external_id: Any, context: Any) -> Any:
         outcome = read_outcome(str(external_id))

@@ -58,7 +58,10 @@ class DeltaRsWrite:
             Operation.INSERT_OVERWRITE: (self.data is not None, "needs data=... (rows or a callable)"),
             Operation.MERGE: (self.data is not None, "needs data=... (rows or a callable)"),
             Operation.UPDATE: (bool(self.set_values), "needs set_values={column: value}"),
-            Operation.ALTER_METADATA: (bool(self.add_columns or self.properties), "needs add_columns or properties"),
+            Operation.ALTER_METADATA: (
+                bool(self.add_columns or self.properties),
+                "needs add_columns or properties",
+            ),
         }
         given, message = needs.get(operation, (True, ""))
         if not given:
@@ -93,19 +96,30 @@ def _alter(c: _Call) -> WriteOutcome:
 _OPERATIONS: dict[Operation, Callable[[_Call], WriteOutcome]] = {
     Operation.INSERT_INTO: lambda c: c.table.append(c.rows(), snapshot=c.snapshot, commit=c.commit),
     Operation.INSERT_OVERWRITE: lambda c: c.table.overwrite(
-        c.rows(), where=c.where, partition=c.partition, snapshot=c.snapshot, commit=c.commit),
+        c.rows(), where=c.where, partition=c.partition, snapshot=c.snapshot, commit=c.commit
+    ),
     Operation.MERGE: lambda c: c.table.merge(
-        c.rows(), c.write.merge_keys, partition=c.partition, snapshot=c.snapshot, commit=c.commit),
-    Operation.DELETE: lambda c: c.table.delete(c.where, partition=c.partition, snapshot=c.snapshot, commit=c.commit),
-    Operation.TRUNCATE: lambda c: c.table.truncate(partition=c.partition, snapshot=c.snapshot, commit=c.commit),
+        c.rows(), c.write.merge_keys, partition=c.partition, snapshot=c.snapshot, commit=c.commit
+    ),
+    Operation.DELETE: lambda c: c.table.delete(
+        c.where, partition=c.partition, snapshot=c.snapshot, commit=c.commit
+    ),
+    Operation.TRUNCATE: lambda c: c.table.truncate(
+        partition=c.partition, snapshot=c.snapshot, commit=c.commit
+    ),
     Operation.UPDATE: lambda c: c.table.update(
-        c.where, set_values=c.write.set_values, partition=c.partition, snapshot=c.snapshot, commit=c.commit),
-    Operation.OPTIMIZE: lambda c: c.table.optimize(partition=c.partition, snapshot=c.snapshot, commit=c.commit),
+        c.where, set_values=c.write.set_values, partition=c.partition, snapshot=c.snapshot, commit=c.commit
+    ),
+    Operation.OPTIMIZE: lambda c: c.table.optimize(
+        partition=c.partition, snapshot=c.snapshot, commit=c.commit
+    ),
     Operation.ALTER_METADATA: _alter,
 }
 BUILT_IN = frozenset(_OPERATIONS)
 #: Built-in operations whose predicate (where=, partitions) names columns.
-PREDICATE_OPERATIONS = frozenset({Operation.INSERT_OVERWRITE, Operation.DELETE, Operation.TRUNCATE, Operation.UPDATE})
+PREDICATE_OPERATIONS = frozenset(
+    {Operation.INSERT_OVERWRITE, Operation.DELETE, Operation.TRUNCATE, Operation.UPDATE}
+)
 
 
 @dataclass
@@ -138,8 +152,11 @@ class DeltaRsTarget:
         partition = single_partition(declaration)
         # before_commit: the lease is live and no other try committed this write (delta-rs runs
         # it right before the engine call); the lease's fence goes into the commit info.
-        commit = CommitOptions(metadata=attempt.commit_metadata(declaration),
-                               before_commit=attempt.before_commit, fence=attempt.fence)
+        commit = CommitOptions(
+            metadata=attempt.commit_metadata(declaration),
+            before_commit=attempt.before_commit,
+            fence=attempt.fence,
+        )
         if self.write.job is not None:
             return self.write.job(table, snapshot, partition, commit, attempt.user_context)
 
@@ -163,7 +180,9 @@ class DeltaRsTarget:
             return None  # nothing committed (a change to nothing), or settled by exactly-once
         return observe_deltars_commit(self.path, outcome.version, dict(self.storage_options or {}) or None)
 
-    def report_details(self, declaration: WriteDeclaration, outcome: WriteOutcome | None) -> Mapping[str, Any]:
+    def report_details(
+        self, declaration: WriteDeclaration, outcome: WriteOutcome | None
+    ) -> Mapping[str, Any]:
         return {}
 
     # ------------------------------------------------------------------ checks before admission
@@ -172,7 +191,9 @@ class DeltaRsTarget:
         """The table's facts, read from its log, against the declared profile (raises
         ``InvalidDeclarationError`` when they contradict it); no table yet: nothing to check."""
         try:
-            facts = deltars_table_facts(self.path, dict(self.storage_options or {}) or None, table=self.table_name)
+            facts = deltars_table_facts(
+                self.path, dict(self.storage_options or {}) or None, table=self.table_name
+            )
         except InvalidDeclarationError:
             raise
         except Exception:  # noqa: BLE001 - no table yet: the attempt reports delta-rs's own error
@@ -195,7 +216,9 @@ class DeltaRsTarget:
             snapshot = table.load()
         except Exception:  # noqa: BLE001 - no table yet
             return
-        where = f"{op.value} on " + (self.path if self.table_name is None else f"{self.table_name} (at {self.path})")
+        where = f"{op.value} on " + (
+            self.path if self.table_name is None else f"{self.table_name} (at {self.path})"
+        )
         require_columns(snapshot, names, where)
 
     def create(self, schema: Any, partition_by: Sequence[str]) -> bool:
@@ -252,11 +275,15 @@ def new_table_schema(
                 ) from None
         arrow = pa.schema(Schema(fields).to_arrow())
     else:
-        raise InvalidDeclarationError(f"{where} needs schema=: a pyarrow schema or {{column: delta type}}, got {schema!r}")
+        raise InvalidDeclarationError(
+            f"{where} needs schema=: a pyarrow schema or {{column: delta type}}, got {schema!r}"
+        )
     columns = list(partition_by if partition_by is not None else declared_columns)
     missing = [c for c in columns if c not in arrow.names]
     if missing:
-        raise InvalidDeclarationError(f"{where}: partition column(s) {missing} are not in the schema ({', '.join(arrow.names)})")
+        raise InvalidDeclarationError(
+            f"{where}: partition column(s) {missing} are not in the schema ({', '.join(arrow.names)})"
+        )
     return arrow, columns
 
 
@@ -271,12 +298,17 @@ def data_arguments(data: Callable[..., Any], declaration: WriteDeclaration) -> d
     takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
     offered: dict[str, Callable[[], Any]] = {
         "declaration": lambda: declaration,
-        "partition": lambda: None if not declaration.partitions or len(declaration.partitions) != 1
-        else dict(declaration.partitions[0]),
+        "partition": lambda: (
+            None
+            if not declaration.partitions or len(declaration.partitions) != 1
+            else dict(declaration.partitions[0])
+        ),
     }
     return {
-        name: make() for name, make in offered.items()
-        if takes_all or (name in parameters and parameters[name].kind is not inspect.Parameter.POSITIONAL_ONLY)
+        name: make()
+        for name, make in offered.items()
+        if takes_all
+        or (name in parameters and parameters[name].kind is not inspect.Parameter.POSITIONAL_ONLY)
     }
 
 

@@ -50,7 +50,10 @@ class MaxComputeTarget:
     def run_attempt(self, declaration: WriteDeclaration, attempt: AttemptContext) -> WriteOutcome:
         keys = declaration.partition_keys()
         write = MaxComputeWrite(
-            self.client, declaration.table, self.sql, declaration.operation,
+            self.client,
+            declaration.table,
+            self.sql,
+            declaration.operation,
             partitions=None if keys is None else tuple(sorted(keys)),
             tag=attempt.tag if self.exactly_once else None,
             hints=self.hints,
@@ -66,7 +69,9 @@ class MaxComputeTarget:
     def observe_commit(self, outcome: WriteOutcome) -> ObservedFootprint | None:
         return None  # MaxCompute names no files per commit that occflow could read back
 
-    def report_details(self, declaration: WriteDeclaration, outcome: WriteOutcome | None) -> Mapping[str, Any]:
+    def report_details(
+        self, declaration: WriteDeclaration, outcome: WriteOutcome | None
+    ) -> Mapping[str, Any]:
         tag = {} if outcome is None else outcome.tag
         return {
             "maxcompute": {
@@ -75,7 +80,8 @@ class MaxComputeTarget:
                 "id_version": None if outcome is None else outcome.version,
                 "time_version": None if tag.get("time_version") is None else float(tag["time_version"]),
                 # compaction and clustering rewrite files without changing data: no time version (spec 001)
-                "data_change": None if outcome is None or not outcome.committed
+                "data_change": None
+                if outcome is None or not outcome.committed
                 else declaration.operation.changes_data,
                 "meta_level_retry": tag.get("meta_level_retry") == "true",
                 "reconnected": tag.get("reconnected") == "true",

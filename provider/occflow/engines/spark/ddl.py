@@ -27,7 +27,9 @@ _COLUMN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _USING = {"iceberg": "iceberg", "delta": "delta", "parquet": "parquet", "hive": "hive"}
 
 
-def table_columns(schema: Mapping[str, str] | None, partition_by: Sequence[str], where: str) -> list[tuple[str, str]]:
+def table_columns(
+    schema: Mapping[str, str] | None, partition_by: Sequence[str], where: str
+) -> list[tuple[str, str]]:
     """``schema`` checked: each column a name, each type a Spark type name, each partition
     column one of the columns; an error naming what is wrong otherwise."""
     if not schema:
@@ -48,7 +50,8 @@ def table_columns(schema: Mapping[str, str] | None, partition_by: Sequence[str],
     missing = [c for c in partition_by if c not in schema]
     if missing:
         raise InvalidDeclarationError(
-            f"{where}: create_if_missing: partition column(s) {missing} are not in the schema ({', '.join(schema)})"
+            f"{where}: create_if_missing: partition column(s) {missing} are not in the schema "
+            f"({', '.join(schema)})"
         )
     return columns
 
@@ -70,11 +73,15 @@ def create_table_sql(
         statements.append(namespace.sql(dialect="spark"))
     properties: list[exp.Expression] = [exp.FileFormatProperty(this=exp.var(using))]
     if partition_by:
-        properties.append(exp.PartitionedByProperty(this=exp.Schema(expressions=[_name(c) for c in partition_by])))
+        properties.append(
+            exp.PartitionedByProperty(this=exp.Schema(expressions=[_name(c) for c in partition_by]))
+        )
     create = exp.Create(
         this=exp.Schema(
             this=_table(parts),
-            expressions=[exp.ColumnDef(this=_name(n), kind=exp.DataType.build(k, dialect="spark")) for n, k in columns],
+            expressions=[
+                exp.ColumnDef(this=_name(n), kind=exp.DataType.build(k, dialect="spark")) for n, k in columns
+            ],
         ),
         kind="TABLE",
         exists=True,
@@ -91,7 +98,7 @@ def _name(part: str) -> exp.Identifier:
 def _table(parts: Sequence[str]) -> exp.Table:
     """``catalog.db.table`` (any trailing part of it) as a quoted sqlglot table."""
     names = [_name(p) for p in parts]
-    keys = ("catalog", "db", "this")[3 - len(names):]
+    keys = ("catalog", "db", "this")[3 - len(names) :]
     return exp.Table(**dict(zip(keys, names, strict=True)))
 
 

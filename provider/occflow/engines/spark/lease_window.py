@@ -40,9 +40,13 @@ def check_window(path: str | Path, fence: int, margin: float = COMMIT_MARGIN) ->
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         found, live_until = int(data["fence"]), float(data["live_until"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise LeaseNotLive(f"the task's lease window {path} cannot be read ({exc}): not committing", fence) from None
+        raise LeaseNotLive(
+            f"the task's lease window {path} cannot be read ({exc}): not committing", fence
+        ) from None
     if found != fence:
-        raise LeaseNotLive(f"the lease window names fence {found}, this driver was started under {fence}", fence)
+        raise LeaseNotLive(
+            f"the lease window names fence {found}, this driver was started under {fence}", fence
+        )
     left = live_until - time.time()
     if left < margin:
         raise LeaseNotLive(
@@ -55,8 +59,9 @@ def check_window(path: str | Path, fence: int, margin: float = COMMIT_MARGIN) ->
 class WindowPublisher:
     """Keeps the window file fresh while a driver runs: ``live_until()`` every ``interval``."""
 
-    def __init__(self, path: str | Path, fence: int, live_until: Callable[[], float | None],
-                 interval: float = 1.0) -> None:
+    def __init__(
+        self, path: str | Path, fence: int, live_until: Callable[[], float | None], interval: float = 1.0
+    ) -> None:
         self.path, self.fence, self.live_until, self.interval = Path(path), fence, live_until, interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"occflow-lease-window-{fence}", daemon=True)
@@ -75,11 +80,19 @@ class WindowPublisher:
         self._thread.start()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 trace: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
         write_window(self.path, self.fence, 0.0)  # the task stopped watching: no later commit
 
 
-__all__ = ["COMMIT_MARGIN", "LEASE_NOT_LIVE", "WindowPublisher", "check_window", "window_path", "write_window"]
+__all__ = [
+    "COMMIT_MARGIN",
+    "LEASE_NOT_LIVE",
+    "WindowPublisher",
+    "check_window",
+    "window_path",
+    "write_window",
+]

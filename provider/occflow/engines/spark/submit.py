@@ -391,6 +391,29 @@ class SubmittedJob:
         )
 
 
+def _driver_command(
+    spark_submit: str | None, cfg: SparkConfig, py_files: Sequence[str | Path], out: Path, table: str,
+    op: Operation, params: Mapping[str, str] | None, tag: CommitTag | None,
+    lease_window: tuple[str | Path, int] | None,
+) -> list[str]:
+    """``spark-submit`` with the config's master and conf, then the driver and its arguments
+    (the job's own arguments follow: ``_job_args``)."""
+    command = [spark_submit or spark_submit_path(), "--master", cfg.master]
+    for key, value in cfg.spark_conf().items():
+        command += ["--conf", f"{key}={value}"]
+    if py_files:
+        command += ["--py-files", ",".join(str(Path(p).absolute()) for p in py_files)]
+    command += [str(DRIVER_FILE), "--outcome", str(out), "--table", table, "--operation", op.value]
+    command += ["--config", json.dumps(cfg.to_dict())]
+    for key, value in (params or {}).items():
+        command += ["--param", f"{key}={value}"]
+    if tag is not None:
+        command += ["--tag", json.dumps(tag.properties(), sort_keys=True)]
+    if lease_window is not None:
+        command += ["--lease-window", str(Path(lease_window[0]).absolute()), "--fence", str(int(lease_window[1]))]
+    return command
+
+
 def submit_job(
     job: SqlJob | CallableJob | ApplicationJob | str | Path | Callable[[Any, JobContext], None],
     table: str,
@@ -423,19 +446,7 @@ def submit_job(
         raise SubmitError(f"outcome path {out} already holds an outcome; give each run its own path")
     out.parent.mkdir(parents=True, exist_ok=True)
     cfg.table_format_spec().prepare()  # SQLite catalog schema, warehouse: before any driver runs
-    command = [spark_submit or spark_submit_path(), "--master", cfg.master]
-    for key, value in cfg.spark_conf().items():
-        command += ["--conf", f"{key}={value}"]
-    if py_files:
-        command += ["--py-files", ",".join(str(Path(p).absolute()) for p in py_files)]
-    command += [str(DRIVER_FILE), "--outcome", str(out), "--table", table, "--operation", op.value]
-    command += ["--config", json.dumps(cfg.to_dict())]
-    for key, value in (params or {}).items():
-        command += ["--param", f"{key}={value}"]
-    if tag is not None:
-        command += ["--tag", json.dumps(tag.properties(), sort_keys=True)]
-    if lease_window is not None:
-        command += ["--lease-window", str(Path(lease_window[0]).absolute()), "--fence", str(int(lease_window[1]))]
+    command = _driver_command(spark_submit, cfg, py_files, out, table, op, params, tag, lease_window)
     command += _job_args(the_job)
     child_env = dict(os.environ)
     child_env.setdefault("PYSPARK_PYTHON", sys.executable)

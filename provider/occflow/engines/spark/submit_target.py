@@ -48,7 +48,9 @@ class SparkSubmitTarget:
     def observe_commit(self, outcome: WriteOutcome) -> ObservedFootprint | None:
         return None  # the commit happened in the driver's session
 
-    def report_details(self, declaration: WriteDeclaration, outcome: WriteOutcome | None) -> Mapping[str, Any]:
+    def report_details(
+        self, declaration: WriteDeclaration, outcome: WriteOutcome | None
+    ) -> Mapping[str, Any]:
         return {}
 
 

@@ -77,8 +77,13 @@ class SparkTarget:
         # Each attempt plans again: the engine's catalog does not cache tables, so the job reads
         # the table's current snapshot (the fresh snapshot in-task retries rely on). before_commit
         # runs right before the SQL statement that writes (a callable: before it starts).
-        return self.engine.run(job, declaration.table, declaration.operation, params=dict(self.params),
-                               before_commit=attempt.before_commit)
+        return self.engine.run(
+            job,
+            declaration.table,
+            declaration.operation,
+            params=dict(self.params),
+            before_commit=attempt.before_commit,
+        )
 
     def commit_ledger(self, only_if: Mapping[str, str] | None = None) -> CommitLedger | None:
         """The ledger the table format keeps (Iceberg snapshots, Delta history); ``None`` for
@@ -94,7 +99,9 @@ class SparkTarget:
             return None
         return observe_iceberg_snapshot(self.engine.session(), fmt.qualify(self.table), outcome.snapshot_id)
 
-    def report_details(self, declaration: WriteDeclaration, outcome: WriteOutcome | None) -> Mapping[str, Any]:
+    def report_details(
+        self, declaration: WriteDeclaration, outcome: WriteOutcome | None
+    ) -> Mapping[str, Any]:
         return {}
 
     def table_facts(self, table_key: str) -> TableFacts | None:
