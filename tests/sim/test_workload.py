@@ -171,6 +171,23 @@ def test_the_jobs_of_a_workload_are_bounded_in_all() -> None:
         parse_workload(data, "huge.yaml")
 
 
+@pytest.mark.parametrize(("count", "per_job"), [(100_000, 100_000), (50_000, 41), (1_000, 2_001)])
+def test_bounds_that_each_hold_are_refused_when_their_product_does_not(count: int, per_job: int) -> None:
+    """Every bound one by one is kept (jobs <= 100,000, partitions <= 100,000), yet together the
+    jobs would name count x per_job keys: refused at once with the product named, not a
+    MemoryError minutes later (issue 24)."""
+    data = {
+        "slots": 4,
+        "tables": [{"name": "t", "profile": "delta-rs", "partitions": 100_000}],
+        "jobs": [{"table": "t", "operation": "insert_into", "duration": {"fixed": 1}, "count": count,
+                  "partitions": {"random": per_job}}],
+    }
+    with pytest.raises(WorkloadError, match=rf"the jobs name {count * per_job} partition keys together"):
+        parse_workload(data, "huge.yaml")
+    data["jobs"][0]["count"] = 2_000_000 // per_job  # at the product bound: read
+    assert parse_workload(data, "huge.yaml") is not None
+
+
 def _write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "w.yaml"
     path.write_text(text)

@@ -39,6 +39,9 @@ MAX_SIGMA = 5.0  # a lognormal sigma of 5 already spreads durations over 10 orde
 MAX_SLOTS = 10_000
 MAX_PARTITIONS = 100_000
 MAX_RETRIES = 1_000
+#: The bounds above hold one by one; their product must hold too: the partition keys all the
+#: jobs name together (count x keys per job), which is what the simulation keeps in memory.
+MAX_FOOTPRINT_KEYS = 2_000_000
 # How many of pydantic's errors one message lists; the rest are counted.
 MAX_REPORTED = 3
 
@@ -255,6 +258,15 @@ class PoliciesModel(_Model):
     airflow: AirflowModel = Field(default_factory=AirflowModel)
 
 
+def _keys_per_job(partitions: Any) -> int:
+    """How many partition keys one job of an entry names (``all``: the whole table, none)."""
+    if isinstance(partitions, RandomPartitionsModel):
+        return partitions.random
+    if isinstance(partitions, list):
+        return len(partitions)
+    return 0
+
+
 class WorkloadFile(_Model):
     slots: Annotated[StrictInt, Field(ge=1, le=MAX_SLOTS)]
     tables: Annotated[list[TableModel], Field(min_length=1)]
@@ -270,6 +282,16 @@ class WorkloadFile(_Model):
         if total > MAX_JOBS:
             raise _problem(f"{total} jobs in all; a workload holds at most {MAX_JOBS}")
         return jobs
+
+    @model_validator(mode="after")
+    def _product_bounded(self) -> WorkloadFile:
+        keys = sum(job.count * _keys_per_job(job.partitions) for job in self.jobs)
+        if keys > MAX_FOOTPRINT_KEYS:
+            raise _problem(
+                f"the jobs name {keys} partition keys together (count x partitions per job); a workload "
+                f"holds at most {MAX_FOOTPRINT_KEYS}: fewer jobs, or fewer partitions per job"
+            )
+        return self
 
 
 # --------------------------------------------------------------------------- error messages
