@@ -168,6 +168,19 @@ class LeaseStore:
         ``LeaseLostError`` if a later try of the request's task instance holds or waits for a
         lease on the table (``tries``).
         """
+        return self._decide(request, take=True)
+
+    @_translated
+    def admissible(self, request: LeaseRequest) -> Admission:
+        """Whether ``request`` would be granted now, in queue order, without granting it.
+
+        Not admissible: it keeps (or takes) its queue place, as ``decide``, and the blockers
+        say why. Admissible: ``Admission(None, ())``, and it gives up its queue place (waking
+        the table's waiters): a deferred task is then resumed to ``decide`` itself, and its
+        place must not hold back writers that run meanwhile (the lease admission trigger)."""
+        return self._decide(request, take=False)
+
+    def _decide(self, request: LeaseRequest, *, take: bool) -> Admission:
         check_request_fits(request)  # before any SQL: a value the store cannot hold is the caller's error
         sent = time.monotonic()
         with self._locked(request.table) as tx:
@@ -188,6 +201,12 @@ class LeaseStore:
             if blockers:
                 tx.wait(request, place[0], queued=own is not None)
                 return Admission(None, tuple(blockers))
+            if not take:
+                if own is not None:  # leave the queue: the writers behind it may go now
+                    tx.conn.execute(schema.queue.delete().where(schema.queue.c.request_id == own.request_id))
+                    tx.event("dequeue", own, request_id=own.request_id, pid=own.pid)
+                    tx.freed = True
+                return Admission(None)
             lease = tx.grant(request, queued=own is not None, sent=sent)
         # Committed: only now does the lease exist for the caller.
         return Admission(lease)
