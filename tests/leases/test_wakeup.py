@@ -133,16 +133,15 @@ def first_event_after_release(trigger, lease_store, lease):
     return payload, fired, released
 
 
-def test_the_admission_trigger_takes_the_lease_when_woken(store_url):
+def test_the_admission_trigger_resumes_the_task_when_woken_without_taking_the_lease(store_url):
     lease_store = LeaseStore.from_url(store_url)
     first = lease_store.try_acquire(req("a"))
     waiting = req("b")
     trigger = LeaseAdmissionTrigger.for_request(waiting, store_url, poll_interval=SAFETY)
     payload, fired, released = first_event_after_release(trigger, lease_store, first)
-    assert payload["status"] == "admitted"
+    assert payload == TaskAdmission.free_event(waiting)
     assert fired - released["at"] < BOUND, f"release -> event took {fired - released['at']:.2f}s"
-    lease = TaskAdmission(store_url).lease_from_event(payload)  # granted in the trigger, live in the store
-    assert lease.request_id == waiting.request_id and lease.fence == first.fence + 1
+    assert lease_store.leases("db.t") == [] and lease_store.waiting("db.t") == []  # no lease, left the queue
     lease_store.dispose()
 
 
@@ -175,9 +174,10 @@ def test_trigger_serialization_round_trips_the_new_fields():
     assert (old.wakeup, old.fire_not_before) == (True, None)
 
 
-def test_the_trigger_takes_the_lease_at_once_but_resumes_the_task_not_before_its_settle_time(sqlite_url):
-    """The resume guard against Airflow's defer/resume race: the lease is granted (in queue
-    order) the moment it is free, the event waits until ``fire_not_before``."""
+def test_the_trigger_resumes_the_task_not_before_its_settle_time_and_holds_nothing_meanwhile(sqlite_url):
+    """The resume guard against Airflow's defer/resume race: the footprint is free at once, the
+    event waits until ``fire_not_before``, and meanwhile the trigger holds no lease and no queue
+    place, so another writer takes the footprint at once."""
     lease_store = LeaseStore.from_url(sqlite_url)
     waiting = req("b")
     trigger = LeaseAdmissionTrigger.for_request(waiting, sqlite_url, SAFETY, fire_not_before=time.time() + 2.0)
@@ -190,12 +190,12 @@ def test_the_trigger_takes_the_lease_at_once_but_resumes_the_task_not_before_its
     async def main():
         task = asyncio.ensure_future(first_event())
         await asyncio.sleep(1.0)
-        held = await asyncio.to_thread(lease_store.leases, "db.t")
-        return held, await task
+        other = await asyncio.to_thread(lease_store.try_acquire, req("c"))
+        return other, await task
 
-    held, (payload, fired_after) = asyncio.run(asyncio.wait_for(main(), 20))
-    assert [lease.request_id for lease in held] == [waiting.request_id]  # granted before the event
-    assert payload["status"] == "admitted" and payload["lease_id"] == held[0].lease_id
+    other, (payload, fired_after) = asyncio.run(asyncio.wait_for(main(), 20))
+    assert other is not None  # nothing held the footprint while the trigger settled
+    assert payload["status"] == "free" and payload["request"]["request_id"] == waiting.request_id
     assert 1.9 <= fired_after < 2.0 + BOUND
     lease_store.dispose()
 
@@ -244,16 +244,17 @@ def test_concurrent_waiters_never_hold_conflicting_leases_together(store_url):
     lease_store.dispose()
 
 
-class FakeOperator(SimpleNamespace):
-    def defer(self, trigger, method_name):
-        raise TaskDeferred(trigger=trigger, method_name=method_name)
+def defer(trigger, method_name):
+    raise TaskDeferred(trigger=trigger, method_name=method_name)
 
 
-def operator(url, wait):
+def admit(url, wait, task, settle=None):
     import logging
 
-    return FakeOperator(admission=True, lease_store_url=url, lease_ttl=60.0, admission_poll_interval=SAFETY,
-                        admission_wait_seconds=wait, log=logging.getLogger("test"))
+    settings = operator_admission.AdmissionSettings(
+        enabled=True, store_url=url, lease_ttl=60.0, poll_interval=SAFETY, wait_seconds=wait,
+        resume_settle_seconds=operator_admission.DEFAULT_RESUME_SETTLE_SECONDS if settle is None else settle)
+    return operator_admission.admit(settings, declaration(), context(task), logging.getLogger("test"), defer)
 
 
 def context(task):
@@ -270,7 +271,7 @@ def test_in_task_wait_is_admitted_at_the_release_without_deferring(sqlite_url):
     admission = TaskAdmission(sqlite_url)
     first = admission.decide(admission.request(declaration(), context("a"))).lease
     releaser, released = release_later(admission.store, first, 1.2)
-    lease = operator_admission.admit(operator(sqlite_url, 20.0), declaration(), context("b"))
+    lease = admit(sqlite_url, 20.0, "b")
     admitted = time.monotonic()
     releaser.join()
     assert lease is not None and lease.holder.task_id == "b"
@@ -282,7 +283,7 @@ def test_in_task_wait_that_runs_out_defers_with_the_same_queue_place(sqlite_url)
     admission.decide(admission.request(declaration(), context("a")))
     started = time.monotonic()
     with pytest.raises(TaskDeferred) as deferred:
-        operator_admission.admit(operator(sqlite_url, 0.6), declaration(), context("b"))
+        admit(sqlite_url, 0.6, "b")
     assert 0.6 <= time.monotonic() - started < 0.6 + BOUND
     trigger = deferred.value.trigger
     queued = admission.store.waiting("db.t")
@@ -290,18 +291,14 @@ def test_in_task_wait_that_runs_out_defers_with_the_same_queue_place(sqlite_url)
     assert trigger.poll_interval == SAFETY and trigger.wakeup is True
     settle = operator_admission.DEFAULT_RESUME_SETTLE_SECONDS
     assert time.time() + settle - 1.0 < trigger.fire_not_before <= time.time() + settle
-    without = operator(sqlite_url, 0.0)
-    without.admission_resume_settle_seconds = 0
     with pytest.raises(TaskDeferred) as deferred:
-        operator_admission.admit(without, declaration(), context("c"))
+        admit(sqlite_url, 0.0, "c", settle=0)
     assert deferred.value.trigger.fire_not_before is None
 
 
 @pytest.mark.parametrize("bad", [-1, "5", float("nan"), True])
 def test_bad_admission_waits_are_refused_by_name(sqlite_url, bad):
-    with pytest.raises(AirflowException, match="admission_wait_seconds must be a number of seconds >= 0"):
-        operator_admission.admit(operator(sqlite_url, bad), declaration(), context("b"))
-    settling = operator(sqlite_url, 0.0)
-    settling.admission_resume_settle_seconds = bad
-    with pytest.raises(AirflowException, match="admission_resume_settle_seconds must be a number of seconds >= 0"):
-        operator_admission.admit(settling, declaration(), context("b"))
+    with pytest.raises(AirflowException, match="wait_seconds must be a number of seconds >= 0"):
+        admit(sqlite_url, bad, "b")
+    with pytest.raises(AirflowException, match="resume_settle_seconds must be a number of seconds >= 0"):
+        admit(sqlite_url, 0.0, "b", settle=bad)

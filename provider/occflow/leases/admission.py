@@ -84,6 +84,11 @@ class TaskAdmission:
         go (woken at once: ``LeaseStore.wait_for_lease``); the last decision."""
         return self.store.wait_for_lease(request, seconds, safety_poll)
 
+    def admissible(self, request: LeaseRequest) -> Admission:
+        """Whether ``request`` would be granted now (in queue order), without taking the lease;
+        if so it leaves the queue (``LeaseStore.admissible``)."""
+        return self.store.admissible(request)
+
     def watch(self, table: str) -> Watch:
         """Woken when part of ``table``'s footprint is let go (``occflow.leases.wakeup``)."""
         return self.store.watch(table)
@@ -94,8 +99,15 @@ class TaskAdmission:
 
     @staticmethod
     def admitted_event(lease: Lease) -> dict[str, Any]:
-        """What a trigger that was granted ``lease`` hands the resumed task (``lease_from_event``)."""
+        """What a trigger that was granted ``lease`` hands the resumed task (``lease_from_event``):
+        the event of triggers from before the admission trigger stopped taking leases."""
         return {"status": "admitted", "lease_id": lease.lease_id, "table": lease.table}
+
+    @staticmethod
+    def free_event(request: LeaseRequest) -> dict[str, Any]:
+        """What the admission trigger hands the task it resumes because ``request``'s footprint
+        looks free: the request itself, so the resumed try decides with the same one."""
+        return {"status": "free", "table": request.table, "request": request.to_dict()}
 
     def lease_from_event(self, event: Mapping[str, Any] | None) -> Lease:
         """The lease the admission trigger was granted, looked up in the store by id and

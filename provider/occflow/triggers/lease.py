@@ -5,7 +5,8 @@ Both ask the store with the task's request (``LeaseRequest.to_dict``) through
 the moment a lease (or queue place) on the table is let go: the store announces it as it
 commits (``occflow.leases.wakeup``: PostgreSQL LISTEN/NOTIFY, a short backoff poll on SQLite),
 and ``poll_interval`` is only the safety poll in case a wake-up is lost. The admission trigger
-takes the lease itself when woken, so release to grant is a few milliseconds.
+takes no lease: it resumes the task once its footprint is free in queue order, and the resumed
+try takes the lease itself, so no lease is held while Airflow resumes the task.
 A poll that fails because the store's database is unavailable (``LeaseStoreUnavailable``: a
 restart, a network blip, a locked file) is retried with exponential backoff for up to
 ``outage_budget`` seconds before the trigger fails, so a blip does not fail every deferred task.
@@ -112,8 +113,9 @@ class LeaseStoreTrigger(BaseTrigger):
         handles the executor's report that the deferring process exited only after the resumed
         try is running (a busy machine), it takes the report for the resumed try and fails it
         ("finished with state success, but the task instance's state attribute is running").
-        The operators set this a few seconds after the deferral; a lease granted meanwhile is
-        held (it was decided in queue order) and the event fires then."""
+        The operators set this a few seconds after the deferral. The admission trigger takes
+        no lease and has left the queue by then (``LeaseStore.admissible``), so the wait holds
+        nothing back but the deferred task itself."""
         delay = 0.0 if self.fire_not_before is None else self.fire_not_before - time.time()
         if delay > 0:
             self.log.info("admitted; resuming the task in %.1fs (settling after its deferral)", delay)
@@ -160,11 +162,21 @@ class LeaseStoreTrigger(BaseTrigger):
 
 
 class LeaseAdmissionTrigger(LeaseStoreTrigger):
-    """Polls the lease store with the task's request (keeping its queue place) until admitted."""
+    """Polls the lease store with the task's request (keeping its queue place) until the store
+    would grant it, then resumes the task, which takes the lease itself.
+
+    It never takes the lease: a lease taken here would be held, unused, through the settle time
+    and Airflow's resume (the scheduler, the executor, a new task process: seconds), and every
+    conflicting writer would queue behind that. Once admissible the request leaves the queue,
+    so its place does not hold back the writers that run while the task resumes; the resumed
+    try asks again (``operators.admission.lease_from_event``) and waits, in its worker and then
+    deferred, if someone took the footprint meanwhile."""
 
     def check(self, admission: TaskAdmission, request: LeaseRequest) -> dict[str, Any] | None:
-        decided = admission.decide(request)
-        return None if decided.lease is None else admission.admitted_event(decided.lease)
+        decided = admission.admissible(request)
+        if decided.lease is not None:  # granted by a trigger of an earlier occflow (a lost answer)
+            return admission.admitted_event(decided.lease)
+        return None if decided.blockers else admission.free_event(request)
 
 
 class ConflictFreeTrigger(LeaseStoreTrigger):
