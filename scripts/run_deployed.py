@@ -239,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     procs: list[Process] = []
     cluster = SparkCluster(home)
     airflow: CeleryAirflow | None = None
+    spark_up: threading.Thread | None = None
     ok = False
     try:
         print("starting PostgreSQL, Redis, the Spark cluster ...", flush=True)
@@ -313,11 +314,20 @@ def main(argv: list[str] | None = None) -> int:
             report["admission_rate"] = measure_admission(lease_url, args.measure_admission)
             print(f"  {report['admission_rate']['decisions_per_second']} decisions/s from two processes", flush=True)
     finally:
+        # A second Ctrl-C or TERM must not cut the stop short and leave services running.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         print("stopping everything this run started ...", flush=True)
         # The Airflow processes first (workers, then services), then what they use.
-        killed = stop_all([*(airflow.procs if airflow is not None else []), *cluster.procs, *procs])
+        stopping = [*(airflow.procs if airflow is not None else []), *cluster.procs, *procs]
+        killed = stop_all(stopping)
+        if spark_up is not None:
+            # Still starting the cluster: it gives up once its master is stopped, and a worker
+            # it started meanwhile is stopped too.
+            spark_up.join(timeout=60)
+            killed += stop_all([p for p in cluster.procs if p not in stopping])
         try:
-            pg.stop()
+            pg.stop()  # also when interrupted while it started: the server may run all the same
             shutil.copy(pg_dir / "server.log", home / "postgres.log")
             shutil.rmtree(pg_dir, ignore_errors=True)
         except (RuntimeError, OSError) as exc:

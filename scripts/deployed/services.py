@@ -158,7 +158,9 @@ class Postgres:
         return f"jdbc:postgresql://127.0.0.1:{self.port}/{name}"
 
     def stop(self) -> None:
-        if self.url:
+        """Stop the server in ``directory`` if one runs there: also one whose start was
+        interrupted before it gave its URL (``postgres.sh stop`` does nothing when none runs)."""
+        if self.directory.exists():
             self._run("stop")
 
 
