@@ -9,11 +9,20 @@ runs one DAG on delta-rs tables:
 - an INSERT OVERWRITE that holds its lease for ``HOLD`` seconds while a second overwrite of the
   same partition waits for it in the lease store's queue.
 
+A second DAG in the same Airflow ends its writes three ways, each losing to a commit made by
+another occflow task of the DAG (admission off for the races):
+
+- a DELETE that fails fast: a task enabling deletion vectors changes the table's protocol
+  between the DELETE's snapshot and its commit (``protocol_changed``);
+- an OPTIMIZE that is skipped: a task deletes the partition it compacts (``concurrent_delete_read``);
+- a MERGE that loses once to a task's append (``concurrent_append``), is retried and commits.
+
 The browser logs in through the simple auth manager's own login form, opens the view while the
-lease is held (live lease and queue) and after the run (timeline with the conflicts, their
-winner and the lease waits), opens it embedded in the Airflow UI and through a task instance's
-link, and saves screenshots into docs/img/. The oracles are the DAG's own reports read back
-through Airflow's REST API and the scene's timing, not the view's code.
+lease is held (live lease and queue) and after the runs (timeline with the conflicts, their
+winner and the lease waits; the failed and skipped writes with their status and the totals),
+opens it embedded in the Airflow UI and through a task instance's link, and saves screenshots
+into docs/img/. The oracles are the DAGs' own reports read back through Airflow's REST API, the
+tables' Delta logs read by version number, and the scene's timing, not the view's code.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import sys
 import textwrap
 import time
@@ -35,6 +45,7 @@ IMG = REPO / "docs" / "img"
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 DAG_ID = "occflow_ui_scene"
 HOLD = 45  # seconds the first overwrite holds its lease while the second waits
+ENDS_ID = "occflow_ui_ends"
 
 SCENE = '''
 """A scene for the Table writes view: upserts that lose to a compaction, and a lease held while
@@ -47,6 +58,7 @@ import pyarrow as pa
 from airflow.sdk import DAG, task
 from deltalake import DeltaTable
 
+from occflow.core.identifiers import canonical_location
 from occflow.engines.deltars import DeltaRsTable
 from occflow.hooks.spark import default_delta_location
 from occflow.leases import cached_store
@@ -110,8 +122,10 @@ with DAG(
 
     @task
     def first_overwrite_holds_its_lease() -> None:
+        # The store files a delta-rs table under its location (symlinks resolved), not its name.
+        key = canonical_location(str(pathlib.Path(default_delta_location(TARGETS)).resolve()))
         deadline = time.monotonic() + 300
-        while not cached_store().leases(TARGETS):
+        while not cached_store().leases(key):
             assert time.monotonic() < deadline, "the first overwrite never got its lease"
             time.sleep(0.5)
 
@@ -133,6 +147,106 @@ with DAG(
     created >> upserts_took_their_snapshot() >> compact
     created >> rewrite
     created >> first_overwrite_holds_its_lease() >> again
+'''
+
+
+ENDS = '''
+"""Three ends of a write, each losing to another occflow task's commit: failed fast, skipped,
+retried then committed."""
+import json
+import pathlib
+import time
+
+import pendulum
+import pyarrow as pa
+from airflow.sdk import DAG, task
+from deltalake import DeltaTable
+
+from occflow.engines.deltars import DeltaRsTable, Where
+from occflow.notifications import ConflictNotifier
+from occflow.operators.delta import DeltaWriteOperator
+
+MARKS = pathlib.Path({marks!r})
+PATHS = {paths!r}
+
+
+def keep_conflict(context):
+    # The wrapped "notifier": the alert's structured dict, as a notifier's template would see it.
+    (MARKS / ("conflict-" + context["ti"].task_id + ".json")).write_text(
+        json.dumps(context["occflow_conflict"], default=str))
+
+
+def after_another_commit(name, snapshot):
+    """The first attempt says its snapshot is taken, then waits until another commit lands on it."""
+    mark = MARKS / name
+    if mark.exists():
+        return
+    mark.write_text("snapshot taken")
+    deadline = time.monotonic() + 300
+    while DeltaTable(PATHS[name]).version() <= snapshot.version() and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
+def delete_after_the_protocol_change(table, snapshot, partition, commit, context):
+    after_another_commit("proto", snapshot)
+    return table.delete(Where.equals(id=2), partition=partition, snapshot=snapshot, commit=commit)
+
+
+def compact_after_the_purge(table, snapshot, partition, commit, context):
+    after_another_commit("compact", snapshot)
+    return table.optimize(partition=partition, snapshot=snapshot, commit=commit)
+
+
+def merge_rows(context, snapshot):
+    after_another_commit("merge", snapshot)
+    return pa.table({{"id": [1, 9], "ds": ["a", "a"], "v": [7, 7]}})
+
+
+def appended_rows(context, snapshot):
+    return pa.table({{"id": [5], "ds": ["a"], "v": [1]}})
+
+
+with DAG("{dag_id}", schedule=None, start_date=pendulum.datetime(2024, 1, 1, tz="UTC"), catchup=False,
+         max_active_tasks=8):
+
+    @task
+    def create_tables() -> None:
+        for name, path in PATHS.items():
+            table = DeltaRsTable(path)
+            data = pa.table({{"id": [1, 2, 3], "ds": ["a", "a", "b"], "v": [0, 0, 0]}})
+            assert table.create(data, partition_by=["ds"]).committed
+            for i in range(3 if name == "compact" else 0):  # small files for the compaction
+                assert table.append(pa.table({{"id": [10 + i], "ds": ["a"], "v": [0]}})).committed
+
+    @task
+    def took_its_snapshot(name: str) -> None:
+        deadline = time.monotonic() + 300
+        while not (MARKS / name).exists():
+            assert time.monotonic() < deadline, f"{{name}} never took its snapshot"
+            time.sleep(0.5)
+
+    created = create_tables()
+    losers = [
+        DeltaWriteOperator(task_id="delete_a", table="ui.ends_proto", path=PATHS["proto"], operation="delete",
+                           partitions={{"ds": "a"}}, job=delete_after_the_protocol_change, admission=False,
+                           on_failure_callback=ConflictNotifier(keep_conflict)),
+        DeltaWriteOperator(task_id="compact_a", table="ui.ends_compact", path=PATHS["compact"],
+                           operation="optimize", partitions={{"ds": "a"}}, job=compact_after_the_purge),
+        DeltaWriteOperator(task_id="merge_a", table="ui.ends_merge", path=PATHS["merge"], operation="merge",
+                           partitions={{"ds": "a"}}, data=merge_rows, merge_keys=["id"], admission=False),
+    ]
+    winners = [
+        DeltaWriteOperator(task_id="enable_deletion_vectors", table="ui.ends_proto", path=PATHS["proto"],
+                           operation="alter_metadata", properties={{"delta.enableDeletionVectors": "true"}},
+                           admission=False),
+        DeltaWriteOperator(task_id="purge_a", table="ui.ends_compact", path=PATHS["compact"], operation="delete",
+                           partitions={{"ds": "a"}}, admission=False),
+        DeltaWriteOperator(task_id="append_a", table="ui.ends_merge", path=PATHS["merge"], operation="insert_into",
+                           data=appended_rows, admission=False),
+    ]
+    for name, loser, winner in zip(("proto", "compact", "merge"), losers, winners):
+        created >> loser
+        created >> took_its_snapshot.override(task_id=f"{{name}}_snapshot_taken")(name) >> winner
 '''
 
 
@@ -187,10 +301,15 @@ def scene(tmp_path_factory):
     (home / "dags" / "ui_scene.py").write_text(
         textwrap.dedent(SCENE.format(hold=HOLD, marks=str(home / "marks"), dag_id=DAG_ID))
     )
+    paths = {name: str(home / "ends" / name) for name in ("proto", "compact", "merge")}
+    (home / "dags" / "ui_ends.py").write_text(
+        textwrap.dedent(ENDS.format(marks=str(home / "marks"), paths=paths, dag_id=ENDS_ID))
+    )
     (home / "plugins" / "occflow_ui.py").write_text("from occflow.plugins import OccflowTableWritesPlugin  # noqa: F401\n")
     passwords = {"admin": "admin-pw", "viewer": "viewer-pw"}
     (home / "passwords.json").write_text(json.dumps(passwords))
-    env = run_examples.airflow_env(home, parallelism=6)
+    # Both DAGs at once: the tasks that wait for another one's commit hold their slots meanwhile.
+    env = run_examples.airflow_env(home, parallelism=12)
     env.update(
         {
             "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
@@ -210,10 +329,13 @@ def scene(tmp_path_factory):
         _wait("the api-server", lambda: Api(base, "admin", passwords["admin"]), 240, airflow)
         api = Api(base, "admin", passwords["admin"])
         _wait(f"the dag-processor to parse {DAG_ID}", lambda: api.get(f"/api/v2/dags/{DAG_ID}"), 240, airflow)
-        airflow.cli("dags", "unpause", DAG_ID)
+        _wait(f"the dag-processor to parse {ENDS_ID}", lambda: api.get(f"/api/v2/dags/{ENDS_ID}"), 240, airflow)
         run_id = f"ui__{time.strftime('%Y%m%dT%H%M%S')}"
-        airflow.cli("dags", "trigger", DAG_ID, "--run-id", run_id)
-        yield {"airflow": airflow, "api": api, "base": base, "run_id": run_id, "passwords": passwords, "home": home}
+        for dag_id in (DAG_ID, ENDS_ID):
+            airflow.cli("dags", "unpause", dag_id)
+            airflow.cli("dags", "trigger", dag_id, "--run-id", run_id)
+        yield {"airflow": airflow, "api": api, "base": base, "run_id": run_id, "passwords": passwords, "home": home,
+               "paths": paths}
     except BaseException:
         print(f"Airflow logs kept in {home}", file=sys.stderr)
         raise
@@ -355,6 +477,96 @@ def test_timeline_shows_the_conflicts_their_winner_and_the_lease_wait(scene, bro
     browser.get(f"{scene['base']}/occflow/write?dag_id={DAG_ID}&run_id={run_id}&task_id=upsert_region&map_index=1")
     focus = browser.find_element(By.ID, "focus")
     assert focus.get_attribute("data-task") == "upsert_region" and focus.get_attribute("data-map-index") == "1"
+
+
+def _logged(path: str, version: int) -> dict:
+    """The commit info of ``version`` as the engine wrote it in the table's Delta log."""
+    for line in (Path(path) / "_delta_log" / f"{version:020d}.json").read_text().splitlines():
+        action = json.loads(line)
+        if "commitInfo" in action:
+            return action["commitInfo"]
+    raise AssertionError(f"version {version} of {path} has no commitInfo")
+
+
+def _version_of(path: str, task_id: str) -> int:
+    """The version holding ``task_id``'s commit, found in the Delta log by the tag in its commit
+    info (what the engine recorded, not what occflow reported)."""
+    from occflow.engines.tags import KEYS
+
+    versions = sorted(int(f.stem) for f in (Path(path) / "_delta_log").glob("*.json"))
+    found = [v for v in versions if _logged(path, v).get(KEYS["task_id"]) == task_id]
+    assert len(found) == 1, (path, task_id, found)
+    return found[0]
+
+
+def test_failed_skipped_and_retried_writes_show_their_status_and_winner(scene, browser):
+    from urllib.parse import quote
+
+    from selenium.webdriver.common.by import By
+
+    api, run_id, paths = scene["api"], scene["run_id"], scene["paths"]
+    state = _wait(
+        f"the {ENDS_ID} run to end",
+        lambda: (s := api.get(f"/api/v2/dags/{ENDS_ID}/dagRuns/{run_id}")["state"]) in ("success", "failed") and s,
+        600, scene["airflow"], every=3,
+    )
+    assert state == "failed", f"the fast-failed DELETE fails its run, got {state}; logs in {scene['home']}"
+
+    def report(task_id: str):
+        path = f"/api/v2/dags/{ENDS_ID}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/occflow_report"
+        return api.get(path, deserialize=True)["value"]
+
+    # loser: (its status, the kind delta-rs raised, its table, the winner's task, the winner's operation)
+    ends = {
+        "delete_a": ("failed", "protocol_changed", "proto", "enable_deletion_vectors", "SET TBLPROPERTIES"),
+        "compact_a": ("skipped", "concurrent_delete_read", "compact", "purge_a", "DELETE"),
+        "merge_a": ("committed", "concurrent_append", "merge", "append_a", "WRITE"),
+    }
+    reports = {task_id: report(task_id) for task_id in ends}
+    assert [reports[t]["status"] for t in ends] == ["failed", "skipped", "committed"], reports
+
+    _login(browser, scene, "viewer")
+    browser.get(f"{scene['base']}/occflow/?dag_id={ENDS_ID}")
+    rows = {r.get_attribute("data-task"): r for r in browser.find_elements(By.CSS_SELECTOR, "[data-testid=write-row]")}
+    for task_id, (status, kind, table, winner_task, operation) in ends.items():
+        winner_version = _version_of(paths[table], winner_task)
+        assert _logged(paths[table], winner_version)["operation"] == operation
+        row = rows[task_id]
+        assert row.get_attribute("data-status") == status and status in _text(row), _text(row)
+        [lost] = browser.find_elements(By.CSS_SELECTOR, f'[data-testid=attempt-row][data-task="{task_id}"]')
+        assert lost.get_attribute("data-kind") == kind and f"attempt 1 lost: {kind}" in _text(lost)
+        action = {"failed": "fail", "skipped": "skip", "committed": "retry"}[status]
+        assert f"\u2192 {action}" in _text(lost), _text(lost)
+        winner = _text(lost.find_element(By.CSS_SELECTOR, "[data-testid=winner]"))
+        assert winner.startswith(f"v{winner_version} {operation}"), (winner, winner_version)
+        link = lost.find_element(By.CSS_SELECTOR, "[data-testid=winner-task]")
+        assert _text(link) == winner_task
+        assert link.get_attribute("href").endswith(f"/dags/{ENDS_ID}/runs/{quote(run_id, safe='')}/tasks/{winner_task}")
+    # The retried MERGE committed after the append: its version is the one its tag is in.
+    merge_version = _version_of(paths["merge"], "merge_a")
+    assert _logged(paths["merge"], merge_version)["operation"] == "MERGE" and f"v{merge_version}" in _text(rows["merge_a"])
+    # Nothing of the failed DELETE or the skipped OPTIMIZE reached their tables.
+    proto_versions = [int(f.stem) for f in (Path(paths["proto"]) / "_delta_log").glob("*.json")]
+    assert max(proto_versions) == _version_of(paths["proto"], "enable_deletion_vectors")
+    assert not any(_logged(paths["compact"], int(f.stem))["operation"] == "OPTIMIZE"
+                   for f in (Path(paths["compact"]) / "_delta_log").glob("*.json"))
+
+    totals = _text(browser.find_element(By.CSS_SELECTOR, "[data-testid=totals]"))
+    assert _text(browser.find_element(By.CSS_SELECTOR, "[data-testid=total-failed]")) == "1 failed"
+    assert _text(browser.find_element(By.CSS_SELECTOR, "[data-testid=total-skipped]")) == "1 skipped"
+    assert "3 conflicts" in totals, totals
+    wasted = float(re.search(r"([\d.]+) s wasted", totals).group(1))
+    assert wasted > 0 and wasted == pytest.approx(sum(r["wasted_seconds"] for r in reports.values()), abs=0.15)
+    _shot(browser, "ui-table-writes-ends.png")
+
+    # The alert of the fast-failed write: its structured dict names the winner and the partitions.
+    conflict = json.loads((scene["home"] / "marks" / "conflict-delete_a.json").read_text())
+    proto_winner = _version_of(paths["proto"], "enable_deletion_vectors")
+    assert conflict["kind"] == "protocol_changed" and conflict["status"] == "failed"
+    assert conflict["winning_commit"]["version"] == proto_winner
+    assert conflict["winning_commit"]["operation"] == "SET TBLPROPERTIES"
+    assert conflict["winner_task"] == "enable_deletion_vectors"
+    assert "ds" in str(conflict["partitions"]) and "a" in str(conflict["partitions"])
 
 
 def test_view_is_reachable_from_the_airflow_ui(scene, browser):
