@@ -258,7 +258,7 @@ def delta_operator(path: str, lease_url: str | None) -> Callable[[Try, int, Harn
 
         return DeltaWriteOperator(task_id="append", table="events", path=path, operation="insert_into", data=data,
                                   admission=lease_url is not None, lease_store_url=lease_url, lease_ttl=1.5,
-                                  admission_poll_interval=0.2)
+                                  admission_poll_interval=0.2, admission_wait_seconds=0)
 
     return make
 
@@ -345,7 +345,7 @@ def test_two_live_tries_on_spark_iceberg_commit_each_write_once(
         sql = [f"SET {STALL_KEY} = w{write_no}", f"INSERT INTO {table} VALUES {values}"]
         return SparkWriteOperator(task_id="append", table=table, operation="insert_into", table_format="iceberg",
                                   job=sql, spark_config=config, lease_store_url=url, lease_ttl=4.0,
-                                  admission_poll_interval=0.2)
+                                  admission_poll_interval=0.2, admission_wait_seconds=0)
 
     harness = Harness(make, url)
     real_sql = SparkSession.sql
