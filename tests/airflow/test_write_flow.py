@@ -193,10 +193,23 @@ with DAG("write_flow_unsafe", schedule=None, start_date=pendulum.datetime(2024, 
     out = capfd.readouterr()
     log = out.out + out.err
     assert run.task("compact_1").state == "failed" and run.task("compact_2").state == "failed"
-    for task_id in ("compact_1", "compact_2"):
+    for task_id, other in (("compact_1", "compact_2"), ("compact_2", "compact_1")):
         assert re.search(rf"AirflowFailException: {task_id}: allow_unsafe_concurrency=True, yet task "
-                         r"'compact_[12]' of this DAG runs optimize on the same table with no dependency between "
+                         rf"'{other}' of this DAG runs optimize on the same table with no dependency between "
                          r"them: .*; nothing was written", log), task_id
     assert DeltaTable(path).version() == version  # nothing was written
     for task_id in ("compact_1", "compact_2"):
         assert "occflow_report" not in run.task(task_id).xcom  # refused before any attempt
+
+
+def test_an_unsafe_optimize_alone_in_its_dag_runs(run_dag, tmp_path):
+    """The opt-in refuses a corrupting partner in the same DAG, not the task itself."""
+    path = _table(tmp_path / "alone_t", small_files=4)
+    version = DeltaTable(path).version()
+    run = run_dag(HEAD.format(root=str(tmp_path)) + f'''
+with DAG("write_flow_unsafe_alone", schedule=None, start_date=pendulum.datetime(2024, 1, 1)):
+    DeltaWriteOperator(task_id="compact", table="alone_t", path={path!r}, operation="optimize",
+                       admission=False, allow_unsafe_concurrency=True)
+''')
+    assert run.task("compact").state == "success"
+    assert DeltaTable(path).version() == version + 1  # the compaction committed, once

@@ -163,7 +163,7 @@ class DeltaWriteOperator(OccflowWriteOperator):
             for t in (*self.get_flat_relatives(upstream=True), *self.get_flat_relatives(upstream=False))
         }
         for task in self.dag.tasks:
-            if task is self or task.task_id in related or not isinstance(task, DeltaWriteOperator):
+            if task.task_id == self.task_id or task.task_id in related or not isinstance(task, DeltaWriteOperator):
                 continue
             same_table = task.path == self.path or canonical_table(task.table) == canonical_table(self.table)
             if same_table and task.occflow_write.operation in partners:
