@@ -2,9 +2,11 @@
 
 The driver commits in another process, so the lease's keeper (in the task) cannot run its check
 there. The task keeps a small file beside the driver's outcome fresh: the lease's fencing token
-and until when it is certainly live (epoch seconds). Right before its commit the driver reads it
-and refuses to commit when it is missing, stale, lost or names another fence: a lapsed lease
-(the task died, the store took the footprint back) never commits on a cluster either.
+and until when it is certainly live (epoch seconds). As late as Spark lets it (right before the
+statement that writes starts, as in-process writes do) the driver reads it and refuses to write
+when it is missing, stale, lost or names another fence: a lease that lapsed before the write
+started (the task died, the store took the footprint back) does not commit on a cluster either.
+A lease that lapses while the statement runs is not caught here (a strict xfail records it).
 """
 
 from __future__ import annotations

@@ -368,11 +368,23 @@ class SubmittedJob:
             time.sleep(interval)
         return True
 
-    def kill(self) -> None:
-        """Stop the driver and its JVM (the driver runs in its own process group)."""
-        if self.running():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.pid, signal.SIGTERM)
+    def kill(self, grace: float = 10.0) -> None:
+        """Stop the driver and its JVM (the driver runs in its own process group): SIGTERM, then
+        SIGKILL for what is left after ``grace`` seconds (a JVM's shutdown hooks may keep trying
+        to reach a master that is gone)."""
+        if not self.running():
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(self.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.2)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGKILL)
 
     def _no_outcome(self) -> WriteOutcome:
         tail = self.log_tail()
