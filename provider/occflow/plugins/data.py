@@ -22,24 +22,19 @@ out by the caller's ``readable`` predicate.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from airflow.models.taskinstance import TaskInstance as TI
 from airflow.models.xcom import XComModel
 from sqlalchemy import and_, or_, select
 
-from ..core.errors import OccflowError
-from ..core.identifiers import canonical_location, canonical_table
 from ..core.report import MalformedReport, WriteReport
-from ..hooks.spark import default_delta_location
 from ..leases import LeaseStore, LeaseStoreError
+from .tables import same_table, table_key, table_name
 
 #: The XCom keys a write report is under: every end's report, then a committed try's return value.
 REPORT_XCOM_KEYS = ("occflow_report", "return_value")
@@ -77,57 +72,7 @@ class Filters:
     def wants_table(self, table: str) -> bool:
         if self.table is None:
             return True
-        return table_key(table) in self.locations or _same_table(table, self.table)
-
-
-def _is_location(text: str) -> bool:
-    return "://" in text or text.startswith("/")
-
-
-def table_key(text: str) -> str:
-    """A table as the lease store files it: a location (delta-rs) or a canonical name."""
-    return canonical_location(text) if _is_location(text) else canonical_table(text)
-
-
-@lru_cache(maxsize=4096)
-def identities(table: str) -> frozenset[str]:
-    """Every key the store may file ``table`` under: a location is itself; a name is its canonical
-    name and the location a ``DeltaWriteOperator`` without ``path`` writes it at."""
-    if _is_location(table):
-        return frozenset({canonical_location(table)})
-    keys = {canonical_table(table)}
-    # A name no default location exists for (outside the warehouse) is its name only; the
-    # operator resolves symlinks in its path, so does this.
-    with contextlib.suppress(OccflowError, OSError):
-        keys.add(canonical_location(str(Path(default_delta_location(table)).resolve())))
-    return frozenset(keys)
-
-
-def _same_table(a: str, b: str) -> bool:
-    """One table in two spellings: a location and a name that leads there, or two names (a
-    report's declared name may lack the catalog the store's key carries)."""
-    if identities(a) & identities(b):
-        return True
-    if _is_location(a) or _is_location(b):
-        return False
-    a, b = canonical_table(a), canonical_table(b)
-    return a.endswith("." + b) or b.endswith("." + a)
-
-
-def table_name(key: str, names: Mapping[str, str] | None = None) -> str:
-    """What to call the table the store files under ``key``: the name a report gave it, the name
-    its default location stands for (``<warehouse>/<db>/<table>``), else the key itself."""
-    if names and key in names:
-        return names[key]
-    if _is_location(key):
-        try:
-            root = canonical_location(str(Path(default_delta_location("d.t")).resolve().parent.parent))
-        except (OccflowError, OSError):
-            return key
-        parts = key[len(root) + 1:].split("/") if key.startswith(root + "/") else []
-        if len(parts) == 2 and all(parts):
-            return ".".join(parts)
-    return key
+        return table_key(table) in self.locations or same_table(table, self.table)
 
 
 def _iso(epoch: float | None) -> str | None:
@@ -437,7 +382,7 @@ def _link(writes: Sequence[dict[str, Any]], spans: Sequence[dict[str, Any]]) -> 
         if not write.get("fence"):
             continue
         for span in by_fence.get(int(write["fence"]), []):
-            if span["lease_id"] not in used and _same_table(span["table"], write["table_key"] or write["table"]):
+            if span["lease_id"] not in used and same_table(span["table"], write["table_key"] or write["table"]):
                 write["lease"] = _span_view(span)
                 used.add(span["lease_id"])
                 break
