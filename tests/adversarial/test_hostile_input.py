@@ -83,7 +83,10 @@ PARTITION_REFUSED = [
     ["ds=2024-02-30"], ["ds>=2024-01-01/ds<2024-1-0"], [f"c={'x' * 600}"], [10**5000], [None], [b"ds=1"],
 ]
 TABLE_REFUSED = [
-    "", "db.t\x00", "db.t\n", "/warehouse/db/t", "s3://b/db/t", "../t", "db.t; DROP TABLE x", "db.t'--",
+    # A location is a lease's table only as the declaration makes it canonical (``s3://b/db/t``,
+    # a delta-rs table's identity); any other spelling of one is refused like any path.
+    "", "db.t\x00", "db.t\n", "/warehouse/db/t", "S3://b/db/t/", "s3a://b/db/t", "file:///x/../t", "../t",
+    "db.t; DROP TABLE x", "db.t'--",
     "`a\tb`.t", "a.b.c.d.e", "db.tëst", "db.`t\ud800`", "a" * 600, "`" + "x" * 300 + "`.`" + "y" * 300 + "`",
     nested(10000), None, 5, b"db.t",
 ]
