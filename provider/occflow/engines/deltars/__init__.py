@@ -4,8 +4,9 @@ table is used, so importing this package costs nothing where they are not instal
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_exports
 
 if TYPE_CHECKING:  # the names below load on first use (``__getattr__``)
     from .commit import COMMIT_ID_KEY, CommitOptions, ambient_commit, deltars_commit
@@ -55,14 +56,7 @@ _LAZY = {
     "literal": ".predicates",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
     "deltars_table_facts",

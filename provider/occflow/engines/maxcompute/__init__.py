@@ -4,8 +4,9 @@ wait, versions, residue), MaxCompute's error texts, and a stand-in project for t
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_exports
 
 if TYPE_CHECKING:  # the names below load on first use (``__getattr__``)
     from .commits import maxcompute_commits
@@ -34,14 +35,7 @@ _LAZY = {
     "read_maxcompute_write": ".sql",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
     "MaxComputeJobs",

@@ -8,8 +8,9 @@ package costs nothing where Spark is not installed.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_exports
 
 if TYPE_CHECKING:  # the names below load on first use (``__getattr__``)
     from ...core.sql import split_statements
@@ -93,14 +94,7 @@ _LAZY = {
     "table_format_for": ".config",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
     "spark_table_facts",
