@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ..core.declaration import WriteDeclaration
+from ..core.errors import OccflowError
 from ..core.footprint import overlapping_specs
 from ..core.profiles import PROFILES, Cell, Profile
 
@@ -182,9 +183,19 @@ def _value_match(a: object, b: object) -> bool:
     return a == b or bool(_TEMPLATE.search(str(a))) or bool(_TEMPLATE.search(str(b)))
 
 
+def _identity(declared: WriteDeclaration) -> str:
+    """The table as admission knows it (``WriteDeclaration.table_key``: a delta-rs table's
+    location, else its canonical name): one table under two spellings of its name, or two names
+    for one path, is one table here too. A name still holding a template is compared as written."""
+    try:
+        return declared.table_key
+    except OccflowError:
+        return declared.table
+
+
 def footprint_overlap(a: WriteDeclaration, b: WriteDeclaration) -> str | None:
     """How two declared footprints may overlap, or None if they cannot."""
-    if a.table != b.table:
+    if _identity(a) != _identity(b):
         return None
     if not a.partitions or not b.partitions:
         return "whole table"

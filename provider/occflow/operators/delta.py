@@ -91,6 +91,9 @@ class DeltaWriteOperator(OccflowWriteOperator):
         # Derived from the name: confined under the warehouse root (checked again at run time).
         self.derived_location = path is None
         self.path = path or default_delta_location(self.table)
+        if "{{" not in self.path and "{%" not in self.path:
+            # Where the table is, already at parse time: lint and pools plan meet it by its location.
+            self.occflow_write = replace(self.occflow_write, location=_resolved(self.path))
         self.data = data
         self.merge_keys = tuple(merge_keys)
         self.where = dict(where) if where else None
