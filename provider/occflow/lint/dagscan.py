@@ -14,6 +14,7 @@ import multiprocessing
 import os
 import pickle
 import sys
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,8 +209,8 @@ def _engine(task: Any) -> str | None:
 
 
 _UNKNOWN = "_mapped_over_upstream"  # marks the one instance standing for an unknown expansion
-_DECLARATION_ARGS = ("table", "operation", "profile", "table_format", "partitions", "reads_whole_table")
-_ADMISSION_ARGS = ("admission", "lease_store_url")
+_DECLARATION_ARGS = ("table", "operation", "profile", "table_format", "partitions", "reads_whole_table", "path")
+_ADMISSION_ARGS = ("admission", "lease_store_url", "allow_unsafe_concurrency")
 
 
 @dataclass(frozen=True)
@@ -254,15 +255,22 @@ def _declared_writes(dag_id: str, task: Any) -> list[_Declared]:
         args = {"admission": True, **fixed, **extra}  # occflow's operators admit by default
         if args.get("table_format") is None and not args.get("profile"):
             args["table_format"] = operator_class.default_table_format
-        write = WriteDeclaration.create(
-            args["table"],
-            args["operation"],
-            profile=args.get("profile"),
-            table_format=args.get("table_format"),
-            partitions=args.get("partitions"),
-            reads_whole_table=bool(args.get("reads_whole_table", False)),
-            allow_templates=True,
-        )
+        # The operator's own parse-time declaration where it has one (delta-rs adds the
+        # table's location: its identity to admission), else the declaration's arguments alone.
+        declared = getattr(operator_class, "parse_time_declaration", None)
+        with warnings.catch_warnings():  # the DAG's import said them already, once
+            warnings.simplefilter("ignore")
+            write = declared({**args, "task_id": task.task_id}) if callable(declared) else None
+        if not isinstance(write, WriteDeclaration):
+            write = WriteDeclaration.create(
+                args["table"],
+                args["operation"],
+                profile=args.get("profile"),
+                table_format=args.get("table_format"),
+                partitions=args.get("partitions"),
+                reads_whole_table=bool(args.get("reads_whole_table", False)),
+                allow_templates=True,
+            )
         mapped = len(instances) > 1
         store = args.get("lease_store_url")
         out.append(_Declared(f"{task.task_id}[{index}]" if mapped else task.task_id, write,

@@ -91,9 +91,9 @@ class DeltaWriteOperator(OccflowWriteOperator):
         # Derived from the name: confined under the warehouse root (checked again at run time).
         self.derived_location = path is None
         self.path = path or default_delta_location(self.table)
-        if "{{" not in self.path and "{%" not in self.path:
-            # Where the table is, already at parse time: lint and pools plan meet it by its location.
-            self.occflow_write = replace(self.occflow_write, location=_resolved(self.path))
+        location = _parse_time_location(self.path, self.table)
+        if location is not None:  # lint and pools plan meet the table by where it is
+            self.occflow_write = replace(self.occflow_write, location=location)
         self.data = data
         self.merge_keys = tuple(merge_keys)
         self.where = dict(where) if where else None
@@ -115,16 +115,15 @@ class DeltaWriteOperator(OccflowWriteOperator):
 
     @classmethod
     def parse_time_declaration(cls, kwargs: Mapping[str, Any]) -> WriteDeclaration | None:
-        """As ``OccflowWriteOperator``'s, on delta-rs's profile, with its checks."""
+        """As ``OccflowWriteOperator``'s, on delta-rs's profile, with its checks, and the table's
+        location when it is known already (a ``path`` without a template, or the default one)."""
         declared = super().parse_time_declaration(_delta_rs_defaults(kwargs))
         if declared is None:
             return None
-        return delta_rs_declaration(
-            declared,
-            str(kwargs.get("task_id")),
-            bool(kwargs.get("admission", True)),
-            bool(kwargs.get("allow_unsafe_concurrency", False)),
-        )
+        declared = delta_rs_declaration(declared, str(kwargs.get("task_id")), bool(kwargs.get("admission", True)),
+                                        bool(kwargs.get("allow_unsafe_concurrency", False)))
+        location = _parse_time_location(kwargs.get("path"), declared.table)
+        return declared if location is None else replace(declared, location=location)
 
     def declare(self) -> WriteDeclaration:
         """The rendered declaration, on delta-rs's matrix; before admission, the location and
@@ -225,6 +224,19 @@ class DeltaWriteOperator(OccflowWriteOperator):
     def table_history_url(self, report: WriteReport) -> str | None:
         """The table's Delta log, every commit in it (``TableHistoryLink``)."""
         return self._target().log_url()
+
+
+def _parse_time_location(path: Any, table: str) -> str | None:
+    """Where the table is, when that is known at DAG parse time: ``path`` (or the default
+    location of ``table``) without a template in it; ``None`` otherwise."""
+    if path is None:
+        try:
+            path = default_delta_location(table)
+        except InvalidDeclarationError:
+            return None
+    if not isinstance(path, str) or "{{" in path or "{%" in path:
+        return None
+    return _resolved(path)
 
 
 def _resolved(path: str) -> str:
