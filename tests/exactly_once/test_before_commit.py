@@ -123,7 +123,7 @@ def test_a_lease_lost_before_the_commit_aborts_the_attempt_and_the_task_is_admit
     fences: list[int] = []
 
     def lose_the_lease(context: Any, snapshot: Any) -> Any:
-        for lease in TaskAdmission(url).store.leases("events"):
+        for lease in TaskAdmission(url).store.leases():
             fences.append(lease.fence)
             TaskAdmission(url).store.release(lease)  # released under the write: someone else may hold it
         return _rows(1)
@@ -144,7 +144,7 @@ def test_a_lease_lost_again_and_again_fails_for_airflows_retries(table_path: str
     state: dict[str, Any] = {}
 
     def lose_the_lease(context: Any, snapshot: Any) -> Any:
-        for lease in TaskAdmission(url).store.leases("events"):
+        for lease in TaskAdmission(url).store.leases():
             TaskAdmission(url).store.release(lease)
         return _rows(1)
 
