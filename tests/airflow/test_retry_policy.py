@@ -221,8 +221,9 @@ def test_bad_declarations_fail_when_the_dag_is_parsed():
 def test_write_report_metrics_carry_kind_and_table(stats_capture):
     """The XCom report of occflow's write operators, turned into Airflow Stats calls."""
     from occflow import metrics
+    from occflow.core.report import WriteReport
 
-    metrics.record_report(
+    metrics.record_report(WriteReport.from_dict(
         {
             "table": "lake.db.events",
             "operation": "merge",
@@ -236,7 +237,7 @@ def test_write_report_metrics_carry_kind_and_table(stats_capture):
                 {"kind": "not_a_conflict", "action": "default", "delay_seconds": 0, "reason": "r"},
             ],
         }
-    )
+    ))
     names = [(c.method, c.stat, c.value) for c in stats_capture.calls]
     assert ("incr", "occflow.conflicts.validation_conflict.lake__db__events", 1) in names
     assert ("incr", "occflow.conflicts.commit_failed.lake__db__events", 1) in names
