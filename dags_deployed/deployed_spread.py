@@ -48,7 +48,10 @@ def merge_sql(batch: int) -> str:
     return (
         f"MERGE INTO {QUALIFIED} t USING (SELECT id, '{ds}' AS ds, id * 10 AS amount FROM range({first}, "
         f"{first + ROWS})) s ON t.ds = '{ds}' AND t.id = s.id "
-        "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+        # Columns named, the partition inserted as a literal: the MERGE stays in its own ds
+        # (INSERT * / SET * would take ds from the source: the whole table, docs/derivation.md).
+        "WHEN MATCHED THEN UPDATE SET t.amount = s.amount "
+        f"WHEN NOT MATCHED THEN INSERT (id, ds, amount) VALUES (s.id, '{ds}', s.amount)"
     )
 
 
