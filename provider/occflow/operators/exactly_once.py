@@ -61,8 +61,14 @@ class ExactlyOnce:
             )
 
     def verify(self, reason: str = "already committed by an earlier attempt") -> WriteOutcome | None:
+        """The write's commit if the table holds it, naming the try that made it (``committed_by``:
+        the log says "already committed by try N"); ``None`` otherwise."""
         found = self.ledger.find_commit(self.tag)
-        return None if found is None else found.outcome(self.tag.operation, reason)
+        if found is None:
+            return None
+        outcome = found.outcome(self.tag.operation, reason)
+        outcome.tag["committed_by"] = found.by
+        return outcome
 
     def ensure_not_committed(self) -> None:
         """Raise ``AlreadyCommitted`` if the write is in the table: the check right before a commit."""

@@ -193,9 +193,10 @@ class WriteFlow:
             if guard is None:
                 outcome = self.target.run_attempt(self.declaration, attempt)
             else:
-                done = self._found_committed(guard) if later_try or attempt.number > 1 else None
-                outcome = done or guard.run(
-                    lambda: self.target.run_attempt(self.declaration, attempt), verify_first=False
+                # A retry or a later try first looks for its write in the table.
+                outcome = guard.run(
+                    lambda: self.target.run_attempt(self.declaration, attempt),
+                    verify_first=later_try or attempt.number > 1,
                 )
         except StaleOverwriteError as stale:
             status = WriteStatus.SKIPPED if stale.action == "skip" else WriteStatus.FAILED
@@ -232,16 +233,6 @@ class WriteFlow:
         history.wasted_seconds += time.monotonic() - started
         found = outcome.classification or classify(outcome.error)
         raise WriteLost(found, outcome, None)
-
-    @staticmethod
-    def _found_committed(guard: ExactlyOnce) -> WriteOutcome | None:
-        """A retry or a later try first looks for its write in the table (``ExactlyOnce.verify``)."""
-        found = guard.ledger.find_commit(guard.tag)
-        if found is None:
-            return None
-        outcome: WriteOutcome = found.outcome(guard.tag.operation, "already committed by an earlier attempt")
-        outcome.tag["committed_by"] = found.by  # the log says "already committed by try N"
-        return outcome
 
     def _exactly_once(self) -> ExactlyOnce | None:
         """The exactly-once guard of the write, or ``None`` (outside a task, an engine that
