@@ -609,6 +609,8 @@ class Rejected(Exception):
 
 class Engine(Protocol):
     name: str
+    #: The engine as ``derive_write(..., engine=)`` names it (``core.tablefacts.ENGINES``).
+    engine: str
 
     def touched(self, statement: Statement) -> set[Partition]:
         """Run ``statement`` from the base table state; the partitions of every file it added or
@@ -630,6 +632,7 @@ class IcebergOnSpark:
     reset to their base snapshot after every statement (``rollback_to_snapshot``)."""
 
     name = "iceberg"
+    engine = "spark-iceberg"
 
     def __init__(self, spark: Any, database: str = "lake.db", prefix: str = "fz") -> None:
         self.spark = spark
@@ -699,6 +702,7 @@ class DeltaRs:
     what a statement did is read from the ``_delta_log`` JSON of the versions it committed."""
 
     name = "deltars"
+    engine = "delta-rs"
 
     def __init__(self, workdir: Path) -> None:
         import pyarrow as pa  # optional heavy dependency
@@ -828,7 +832,7 @@ def check(statement: Statement, engine: Engine) -> tuple[str, Any]:
     ``("contained", touched)`` or ``("narrower", Finding)``."""
     sql = statement.sql()
     try:
-        derived = derive_write(sql, list(PARTITION_COLUMNS))
+        derived = derive_write(sql, list(PARTITION_COLUMNS), engine.engine)
     except InvalidDeclarationError as exc:
         return "refused", str(exc)
     if derived.partitions is None:

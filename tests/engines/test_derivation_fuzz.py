@@ -15,9 +15,11 @@ import pytest
 from sqlgen import (
     PARTITION_COLUMNS,
     Atom,
+    Delete,
     DeltaRs,
     IcebergOnSpark,
     Merge,
+    ReplaceWhere,
     Tally,
     Update,
     When,
@@ -99,11 +101,63 @@ def test_a_copy_on_write_merge_with_not_matched_by_source_rewrites_every_partiti
     assert derive_write(statement.sql(), list(PARTITION_COLUMNS)).partitions is None
 
 
-@pytest.mark.xfail(strict=True, reason="open finding of bench seed 4242: delta-rs rewrites files of ds=2024-01-03, "
-                   "which the predicate cannot select; the rule behind it is not known yet")
-def test_a_deltars_update_touches_only_partitions_its_predicate_can_select(tmp_path: Path) -> None:
+# delta-rs finds the files an UPDATE / DELETE / REPLACE WHERE rewrites with only the conjuncts
+# delta-kernel translates; DataFusion may split a partition-only piece off any other conjunct and
+# the scan drops it (``core.sqlfilefinding``). Each: the statement, the days it cannot select
+# whose files delta-rs rewrote all the same.
+_REWRITES_BEYOND_THE_PREDICATE = [
+    # The bench's finding (seed 4242): NOT IN expanded, ds <> C factored out of the OR, dropped.
+    pytest.param(Update, "(ds <> '2024-01-03' AND upper(region) = 'AP') OR ds NOT IN ('2024-01-03', '2024-01-01')",
+                 {"2024-01-03"}, id="update-not-in-factored"),
+    pytest.param(ReplaceWhere, "(ds <> '2024-01-03' AND upper(region) = 'AP') OR ds NOT IN ('2024-01-03', '2024-01-01')",
+                 {"2024-01-03"}, id="replace-where-not-in-factored"),
+    # Absorbed: (A AND f) OR A is A, which the scan claims and drops: every file.
+    pytest.param(Update, "(ds <> '2024-01-03' AND upper(region) = 'AP') OR ds NOT IN ('2024-01-03')",
+                 {"2024-01-03"}, id="update-absorbed"),
+    # A function of a data column does it too.
+    pytest.param(Delete, "(ds <> '2024-01-01' AND abs(v) = 3) OR ds NOT IN ('2024-01-01', '2024-01-03')",
+                 {"2024-01-01"}, id="delete-data-function"),
+    # CASE simplified to its comparison, claimed and dropped: every file of the table.
+    pytest.param(Delete, "CASE WHEN ds = '2024-01-01' THEN true ELSE false END",
+                 {"2024-01-02", "2024-01-03"}, id="delete-case"),
+]
+
+
+def _run_on_deltars(kind: type, where: str, tmp_path: Path) -> tuple[str, set[tuple[str | None, str | None]]]:
+    if kind is Update:
+        statement: Update | Delete | ReplaceWhere = Update("db.fz", None, (("v", "v + 1"),), Atom(where))
+    elif kind is Delete:
+        statement = Delete("db.fz", Atom(where))
+    else:
+        statement = ReplaceWhere("db.fz", Atom(where), ())
+    return statement.sql(), DeltaRs(tmp_path).touched(statement)
+
+
+@pytest.mark.parametrize(("kind", "where", "unselectable"), _REWRITES_BEYOND_THE_PREDICATE)
+def test_a_deltars_write_rewrites_files_its_predicate_cannot_select_and_the_footprint_holds_them(
+    kind: type, where: str, unselectable: set[str], tmp_path: Path
+) -> None:
     pytest.importorskip("deltalake", reason="delta-rs tests need deltalake")
-    where = "(ds <> '2024-01-03' AND upper(region) = 'AP') OR ds NOT IN ('2024-01-03', '2024-01-01')"
-    statement = Update("db.fz", None, (("v", "v + 1"),), Atom(where))
-    touched = DeltaRs(tmp_path).touched(statement)
-    assert not outside(derive_write(statement.sql(), list(PARTITION_COLUMNS)), touched), touched
+    sql, touched = _run_on_deltars(kind, where, tmp_path)
+    assert unselectable <= {ds for ds, _ in touched}, touched  # what delta-rs 1.6 does (find_files.rs)
+    derived = derive_write(sql, list(PARTITION_COLUMNS), "delta-rs")
+    assert not outside(derived, touched), (derived.to_json(), touched)
+    assert any("delta-kernel" in why for why in derived.why), derived.why
+    assert derive_write(sql, list(PARTITION_COLUMNS)).partitions is None  # engine not named: read as delta-rs
+
+
+@pytest.mark.parametrize(("where", "derived_days"), [
+    # Every conjunct translates: kernel prunes by partition value and the footprint stays narrow.
+    ("(ds <> '2024-01-03' AND region = 'ap') OR ds NOT IN ('2024-01-03', '2024-01-01')", {"2024-01-01", "2024-01-02"}),
+    # The translatable conjunct confines; the function of region does not.
+    ("ds = '2024-01-01' AND upper(region) = 'AP'", {"2024-01-01"}),
+])
+def test_a_deltars_write_whose_conjuncts_kernel_translates_keeps_a_narrow_footprint(
+    where: str, derived_days: set[str], tmp_path: Path
+) -> None:
+    pytest.importorskip("deltalake", reason="delta-rs tests need deltalake")
+    sql, touched = _run_on_deltars(Update, where, tmp_path)
+    derived = derive_write(sql, list(PARTITION_COLUMNS), "delta-rs")
+    assert derived.partitions is not None, derived.to_json()
+    assert not outside(derived, touched), (derived.to_json(), touched)
+    assert {ds for ds, _ in touched} <= derived_days, touched

@@ -15,7 +15,9 @@ MATCHED BY SOURCE`` clause, with or without a condition, makes the whole table: 
 whole target and rewrites every file of a copy-on-write Iceberg table), and every assignment to
 a partition column (``UPDATE ... SET ds = 'B'``, a MERGE's ``UPDATE SET`` / ``INSERT``): a
 literal destination joins the footprint, any other value is the whole table. What cannot be
-read is refused, never guessed narrow.
+read is refused, never guessed narrow. How much of an UPDATE, DELETE or REPLACE WHERE condition
+confines the files the engine rewrites depends on the engine (``core.sqlfilefinding``: on
+delta-rs only the conjuncts delta-kernel translates).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from .errors import InvalidDeclarationError
 from .identifiers import unquoted_parts
 from .operations import Operation
 from .ranges import canonical_spec_value, spec_json, value_within
+from .sqlfilefinding import confine_to_found_files, file_finding
 from .sqlmerge import read_merge
 from .sqlnesting import nested_too_deeply
 from .sqlpredicates import (
@@ -104,18 +107,26 @@ class DerivedWrite:
         return out
 
 
-def derive_write(sql: str | Sequence[str], partition_columns: Sequence[str] | None) -> DerivedWrite:
+def derive_write(
+    sql: str | Sequence[str], partition_columns: Sequence[str] | None, engine: str | None = None
+) -> DerivedWrite:
     """The declaration a SQL job implies on a table partitioned by ``partition_columns``
-    (``None``: unknown; the operation and reads are still derived, partitions are not)."""
+    (``None``: unknown; the operation and reads are still derived, partitions are not), run by
+    ``engine`` (``core.tablefacts.ENGINES``; ``None``: not named, read as the engine whose
+    footprint is widest, ``core.sqlfilefinding``)."""
     text, allow_settings = job_text(sql)
-    return derive_sql_write(read_sql_write(text, allow_settings), partition_columns)
+    return derive_sql_write(read_sql_write(text, allow_settings), partition_columns, engine)
 
 
-def derive_sql_write(found: SqlWrite, partition_columns: Sequence[str] | None) -> DerivedWrite:
+def derive_sql_write(
+    found: SqlWrite, partition_columns: Sequence[str] | None, engine: str | None = None
+) -> DerivedWrite:
     """``derive_write`` for a statement ``read_sql_write`` has already read."""
     columns = _columns(partition_columns)
+    file_finding(engine)  # an unknown engine is refused whatever the statement
     try:
         reading = _read_statement(found, columns)
+        confine_to_found_files(reading, engine, columns or {})
         partitions, why, ranges = _partitions(reading, columns)
     except RecursionError:
         raise nested_too_deeply(f"statement {shorten(found.statement)!r}") from None
@@ -174,6 +185,7 @@ def _insert(found: SqlWrite, tree: exp.Insert) -> Reading:
     reading = Reading(found.operation, found.operation.reads_table, [], static=static, label="the PARTITION clause")
     if tree.args.get("where") is not None:
         reading.condition, reading.label = tree.args["where"], "REPLACE WHERE"
+        reading.finds_files = True
         reading.qualifiers = target_names(target)
     elif static is None:
         reading.whole = (
@@ -191,7 +203,7 @@ def _insert(found: SqlWrite, tree: exp.Insert) -> Reading:
 def _update_or_delete(found: SqlWrite, tree: exp.Update | exp.Delete, columns: dict[str, str]) -> Reading:
     where = tree.args.get("where")
     verb = "UPDATE" if isinstance(tree, exp.Update) else "DELETE"
-    reading = Reading(found.operation, True, [], qualifiers=target_names(tree.this), label=f"{verb} WHERE")
+    reading = Reading(found.operation, True, [], qualifiers=target_names(tree.this), label=f"{verb} WHERE", finds_files=True)
     if where is None:
         reading.whole = f"{verb} without WHERE touches every row: the whole table"
     else:

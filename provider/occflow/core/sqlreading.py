@@ -37,6 +37,9 @@ class Reading:
     #: Why rows it moves or adds may land in any partition (then the whole table).
     anywhere: list[str] = field(default_factory=list)
     zorder: bool = False
+    #: The condition finds the files the write rewrites (UPDATE, DELETE, REPLACE WHERE): how much
+    #: of it confines them depends on the engine (``core.sqlfilefinding``).
+    finds_files: bool = False
 
 
 @dataclass(frozen=True)
