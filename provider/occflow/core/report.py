@@ -130,6 +130,10 @@ class WriteReport:
     engine_details: Mapping[str, Any] = field(default_factory=dict)  # e.g. ``maxcompute``
     #: The table's identity to admission when it is a location (delta-rs): its leases' table.
     table_key: str | None = None
+    #: Seconds from the grant of this try's lease to the start of its first attempt (engine
+    #: start-up, reading the task's state): what admission cost before any work ran. ``None``
+    #: without a lease, or for a lease this try could not time (older reports).
+    grant_to_start_seconds: float | None = None
 
     @property
     def committed(self) -> bool:
@@ -176,6 +180,7 @@ class WriteReport:
             "observed_footprint": None if self.observed_footprint is None else dict(self.observed_footprint),
             "footprint_exceeded": None if self.footprint_exceeded is None else dict(self.footprint_exceeded),
             "table_key": self.table_key,
+            "grant_to_start_seconds": self.grant_to_start_seconds,
         }
         for key, value in self.engine_details.items():
             data[key] = value
@@ -227,6 +232,7 @@ class WriteReport:
             footprint_exceeded=r.opt_mapping("footprint_exceeded") or None,
             engine_details={k: v for k, v in data.items() if k not in known},
             table_key=r.opt_str("table_key"),
+            grant_to_start_seconds=r.opt_float("grant_to_start_seconds"),
         )
 
     @staticmethod
@@ -265,6 +271,7 @@ _KNOWN_KEYS = frozenset(
         "observed_footprint",
         "footprint_exceeded",
         "table_key",
+        "grant_to_start_seconds",
     }
 )
 

@@ -131,12 +131,23 @@ class WriteFlow:
 
     def __post_init__(self) -> None:
         self._metrics_since = (len(self.history.lost), self.history.wasted_seconds)
+        self._grant_to_start: float | None = None
         self._guard = self._exactly_once()
         self.before_commit = BeforeCommit(self.keeper, self._guard)
 
     @property
     def fence(self) -> int | None:
         return None if self.keeper is None else int(self.keeper.fence)
+
+    def _since_grant(self, now: float) -> float | None:
+        """Seconds from the lease's grant to ``now`` (``time.monotonic()``), on this process's
+        clock: the lease is anchored here (``valid_until``) and its grant and expiry are both on
+        the store's clock, so no two clocks are compared. ``None`` without a lease or an anchor."""
+        lease = None if self.keeper is None else self.keeper.lease
+        if lease is None or lease.valid_until is None:
+            return None
+        granted = lease.valid_until - (lease.expires - lease.acquired).total_seconds()
+        return round(max(now - granted, 0.0), 3)
 
     def _live_until(self) -> float | None:
         """Until when (epoch seconds) the lease is certainly live, as its keeper knows it; ``None``
@@ -179,6 +190,8 @@ class WriteFlow:
         history = self.history
         history.attempts += 1
         started = time.monotonic()
+        if self._grant_to_start is None:  # this try's first attempt: what the lease waited for it
+            self._grant_to_start = self._since_grant(started)
         attempt = AttemptContext(
             number=history.attempts,
             before_commit=self.before_commit,
@@ -360,6 +373,7 @@ class WriteFlow:
             committed_by=tag.get("committed_by"),
             engine_details=self.target.report_details(declaration, outcome),
             table_key=None if declaration.location is None else declaration.table_key,
+            grant_to_start_seconds=self._grant_to_start,
         )
 
     def _end(

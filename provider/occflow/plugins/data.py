@@ -8,7 +8,8 @@ Three sources, all read-only:
   when each lease was asked for, granted and let go, so how long a write waited and held it;
 - the write reports every occflow write pushes, committed, failed or skipped (XCom
   ``occflow_report``, read back as ``core.report.WriteReport``; older runs: ``return_value``):
-  attempts, conflicts with their kind and winning commit, wasted seconds, the commit. A value
+  attempts, conflicts with their kind and winning commit, wasted seconds, the commit, and the
+  seconds from the lease's grant to the first attempt's start (granted but not started). A value
   that claims to be a report and is not one is shown as malformed, never a 500.
 
 A report carries its lease's fencing token, and a grant event carries the same token for the
@@ -283,7 +284,7 @@ def _write_row(ti: Any, report: WriteReport | str | None) -> dict[str, Any]:
     if not isinstance(report, WriteReport):
         row.update(table=None, table_key=None, operation=None, partitions=None, committed=None, status=None, version=None,
                    snapshot_id=None, attempts=None, conflicts=[], wasted_seconds=None, fence=None, engine=None,
-                   rows=None, error=None)
+                   rows=None, error=None, grant_to_start_seconds=None)
         return row
     row.update(
         table=report.table,
@@ -301,6 +302,8 @@ def _write_row(ti: Any, report: WriteReport | str | None) -> dict[str, Any]:
         engine=report.engine,
         rows=report.rows,
         error=report.error,
+        # How long the lease was held before the write's first attempt started (admission's cost).
+        grant_to_start_seconds=report.grant_to_start_seconds,
     )
     return row
 
@@ -452,6 +455,7 @@ def table_names(writes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
 def _totals(writes: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     writes = list(writes)
     conflicts = [c for w in writes for c in w["conflicts"] if c["kind"] not in (None, "lease_lost", "not_a_conflict")]
+    timed = [float(w["grant_to_start_seconds"]) for w in writes if w.get("grant_to_start_seconds") is not None]
     return {
         "writes": len(writes),
         "committed": sum(1 for w in writes if w.get("committed")),
@@ -461,4 +465,5 @@ def _totals(writes: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "attempts": sum(int(w["attempts"] or 0) for w in writes),
         "conflicts": len(conflicts),
         "wasted_seconds": round(sum(float(w["wasted_seconds"] or 0.0) for w in writes), 3),
+        "grant_to_start_seconds": None if not timed else round(sum(timed), 3),
     }

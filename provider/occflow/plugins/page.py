@@ -121,7 +121,7 @@ _TEMPLATE = _env.from_string(
 {% endfor %}
 
 <h2>Timeline</h2>
-<p class="totals" data-testid="totals"><span>{{ totals.writes }} writes</span><span>{{ totals.committed }} committed</span><span data-testid="total-failed">{{ totals.failed }} failed</span><span data-testid="total-skipped">{{ totals.skipped }} skipped</span>{% if totals.malformed %}<span class="bad">{{ totals.malformed }} malformed reports</span>{% endif %}<span>{{ totals.attempts }} attempts</span><span>{{ totals.conflicts }} conflicts</span><span>{{ '%.1f' % totals.wasted_seconds }} s wasted</span></p>
+<p class="totals" data-testid="totals"><span>{{ totals.writes }} writes</span><span>{{ totals.committed }} committed</span><span data-testid="total-failed">{{ totals.failed }} failed</span><span data-testid="total-skipped">{{ totals.skipped }} skipped</span>{% if totals.malformed %}<span class="bad">{{ totals.malformed }} malformed reports</span>{% endif %}<span>{{ totals.attempts }} attempts</span><span>{{ totals.conflicts }} conflicts</span><span>{{ '%.1f' % totals.wasted_seconds }} s wasted</span>{% if totals.grant_to_start_seconds is not none %}<span data-testid="total-grant-to-start" title="seconds leases were held before their write's first attempt started">{{ '%.1f' % totals.grant_to_start_seconds }} s granted before start</span>{% endif %}</p>
 {% if not history %}<p class="muted" data-testid="no-history">No lease history recorded: set <code>OCCFLOW_LEASE_HISTORY=1</code> for the workers to see when each write waited for and held its lease.</p>{% endif %}
 {% if history_error %}<p class="bad">Lease history not readable: {{ history_error }}</p>{% endif %}
 <table data-testid="timeline">
@@ -135,7 +135,7 @@ _TEMPLATE = _env.from_string(
  <td class="{{ 'ok' if e.committed else ('bad' if e.state in ('failed', 'upstream_failed') else 'wait') }}">{{ 'committed' if e.committed else (e.status or e.state) }}{% if e.malformed %} <span class="bad" data-testid="malformed">malformed report: {{ e.malformed[:120] }}</span>{% endif %}</td>
  <td class="num">{{ e.attempts if e.attempts is not none else '' }}</td>
  <td class="num">{{ '%.1f' % e.wasted_seconds if e.wasted_seconds is not none else '' }}</td>
- <td>{% if e.lease %}fence {{ e.lease.fence }}, waited {{ '%.1f' % e.lease.waited_seconds }} s{% if e.lease.held_seconds is not none %}, held {{ '%.1f' % e.lease.held_seconds }} s{% endif %}{% elif e.fence %}fence {{ e.fence }}{% else %}<span class="muted">no lease</span>{% endif %}</td>
+ <td data-testid="lease">{% if e.lease %}fence {{ e.lease.fence }}, waited {{ '%.1f' % e.lease.waited_seconds }} s{% if e.lease.held_seconds is not none %}, held {{ '%.1f' % e.lease.held_seconds }} s{% endif %}{% elif e.fence %}fence {{ e.fence }}{% else %}<span class="muted">no lease</span>{% endif %}{% if e.grant_to_start_seconds is not none %}<br><span data-testid="grant-to-start" data-seconds="{{ e.grant_to_start_seconds }}" title="from the lease's grant to the start of the first attempt">granted {{ '%.1f' % e.grant_to_start_seconds }} s before start</span>{% endif %}</td>
  <td>{% if e.version is not none %}v{{ e.version }}{% elif e.snapshot_id %}snapshot {{ e.snapshot_id }}{% endif %}</td>
  <td><div class="bar">{% if loop.index0 in bars %}<span class="{{ 'lost' if e.conflicts else '' }}" style="left:{{ '%.2f' % bars[loop.index0].left }}%;width:{{ '%.2f' % bars[loop.index0].width }}%"></span>{% endif %}</div></td>
 </tr>
