@@ -38,3 +38,10 @@ if [ ! -f "$stamp" ] || ! cmp -s requirements.lock "$stamp"; then
   rm -rf provider/*.egg-info
   cp requirements.lock "$stamp"
 fi
+
+# The spark-submit driver's lease check inside its Iceberg commit (engines/spark/java/): compiled
+# with the JDK's javac against the Iceberg and Hadoop jars installed above, no network.
+if ! .venv/bin/python -m occflow.engines.spark.submit_fence status >/dev/null; then
+  echo "bootstrap: compiling the spark-submit driver's commit-time lease check (javac)"
+  .venv/bin/python -m occflow.engines.spark.submit_fence build
+fi

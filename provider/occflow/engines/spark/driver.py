@@ -28,6 +28,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,15 @@ from occflow.engines.spark.jobs import ApplicationJob, CallableJob, SqlJob
 from occflow.engines.spark.lease_window import LEASE_NOT_LIVE, check_window
 from occflow.engines.spark.session import SparkEngine
 from occflow.engines.spark.submit import write_atomically
+from occflow.engines.spark.submit_fence import (
+    AT_COMMIT,
+    AT_STATEMENT_START,
+    LEASE_CHECKED_AT,
+    LEASE_REFUSED_AT,
+    CommitFence,
+    commit_refusal,
+    in_session,
+)
 from occflow.engines.tags import CommitTag
 
 EXIT_COMMITTED = 0
@@ -55,7 +65,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="SparkConfig as JSON, or @FILE holding it")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="job parameter")
     p.add_argument("--tag", help="the write's commit tag as a JSON object of properties")
-    p.add_argument("--lease-window", help="the task's lease window file (checked right before the commit)")
+    p.add_argument("--lease-window", help="the task's lease window file (checked right before the write "
+                   "statement and, on Iceberg with the lease-fence jar, inside the commit)")
     p.add_argument("--fence", type=int, help="the fencing token of the lease the driver was started under")
     job = p.add_mutually_exclusive_group(required=True)
     job.add_argument("--sql", help="SQL text (several statements separated by ;)")
@@ -152,6 +163,18 @@ def _report_application(outcome_path: str, engine: SparkEngine) -> dict[str, Any
     return app
 
 
+def _commit_fence(engine: SparkEngine, config: SparkConfig, window: str | None,
+                  fence: int | None) -> CommitFence | None:
+    """Where this driver checks its lease last (``None``: it runs under no lease), said on stderr:
+    a driver that checks only at the statement start must not pass for one fenced at the commit."""
+    if window is None or fence is None:
+        return None
+    session_conf = dict(engine.session().sparkContext.getConf().getAll())
+    found = in_session(session_conf, config, window, fence)
+    print(f"occflow driver: {found.describe()}", file=sys.stderr)
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
@@ -171,20 +194,29 @@ def main(argv: list[str] | None = None) -> int:
     app = _report_application(args.outcome, engine)
     start = time.perf_counter()
     fence = args.fence
+    commit_fence = _commit_fence(engine, config, args.lease_window, fence)
 
     def lease_live() -> None:
         if args.lease_window is not None and fence is not None:
             check_window(args.lease_window, fence)
+
+    def not_live(reason: str, at: str) -> WriteOutcome:  # nothing was committed
+        return WriteOutcome(engine=engine.engine_name, table=args.table, operation=parse_operation(args.operation),
+                            committed=False, seconds=time.perf_counter() - start,
+                            tag={LEASE_NOT_LIVE: reason, "fence": str(fence), LEASE_REFUSED_AT: at})
 
     try:
         outcome = run_tagged(engine, job, args.table, args.operation, params, tag, lease_live)
     except InvalidDeclarationError as exc:
         print(f"occflow driver: {exc}", file=sys.stderr)
         return EXIT_BAD_ARGS
-    except LeaseNotLive as lapsed:  # refused right before the commit: nothing was committed
-        outcome = WriteOutcome(engine=engine.engine_name, table=args.table, operation=parse_operation(args.operation),
-                               committed=False, seconds=time.perf_counter() - start,
-                               tag={LEASE_NOT_LIVE: str(lapsed), "fence": str(fence)})
+    except LeaseNotLive as lapsed:  # refused right before the write statement started
+        outcome = not_live(str(lapsed), AT_STATEMENT_START)
+    refused = commit_refusal(outcome)
+    if refused is not None:  # the lease-fenced catalog refused the commit: nothing was committed
+        outcome = not_live(refused, AT_COMMIT)
+    if commit_fence is not None:
+        outcome = replace(outcome, tag={**outcome.tag, LEASE_CHECKED_AT: commit_fence.checked_at})
     data = json.loads(outcome.to_json())
     data["driver"] = {**app, "seconds_total": round(time.perf_counter() - start, 3)}
     write_atomically(args.outcome, json.dumps(data, sort_keys=True))

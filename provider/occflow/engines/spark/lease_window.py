@@ -2,11 +2,12 @@
 
 The driver commits in another process, so the lease's keeper (in the task) cannot run its check
 there. The task keeps a small file beside the driver's outcome fresh: the lease's fencing token
-and until when it is certainly live (epoch seconds). As late as Spark lets it (right before the
-statement that writes starts, as in-process writes do) the driver reads it and refuses to write
-when it is missing, stale, lost or names another fence: a lease that lapsed before the write
-started (the task died, the store took the footprint back) does not commit on a cluster either.
-A lease that lapses while the statement runs is not caught here (a strict xfail records it).
+and until when it is certainly live (epoch seconds). The driver reads it right before the
+statement that writes starts and refuses to write when it is missing, stale, lost or names
+another fence: a lease that lapsed before the write started (the task died, the store took the
+footprint back) does not commit on a cluster either. On Iceberg the same file is read once more
+inside the commit, by the lease-fenced catalog (``submit_fence.py``, the same rules in Java), so a
+lease that lapses while the statement runs stops its commit too.
 """
 
 from __future__ import annotations
@@ -20,12 +21,10 @@ from types import TracebackType
 
 from ..ledger import LeaseNotLive
 from .submit import write_atomically
+from .submit_fence import COMMIT_MARGIN
 
 #: The tag of a driver's outcome that refused to commit because the lease was not live.
 LEASE_NOT_LIVE = "lease_not_live"
-
-#: How much life the lease must still have when the driver commits (clock skew, the commit's length).
-COMMIT_MARGIN = 1.0
 
 
 def window_path(outcome_path: str | Path) -> Path:
@@ -50,12 +49,15 @@ def check_window(path: str | Path, fence: int, margin: float = COMMIT_MARGIN) ->
             f"the lease window names fence {found}, this driver was started under {fence}", fence
         )
     left = live_until - time.time()
-    if left < margin:
-        raise LeaseNotLive(
-            f"the write's lease (fence {fence}) is not certainly live: "
-            + ("the task lost it" if live_until <= 0 else f"{-left:.1f}s past its last confirmed validity"),
-            fence,
-        )
+    if left >= margin:
+        return
+    if live_until <= 0:
+        why = "the task lost it"
+    elif left < 0:
+        why = f"{-left:.1f}s past its last confirmed validity"
+    else:
+        why = f"only {left:.1f}s of it left, less than the commit margin of {margin:.1f}s"
+    raise LeaseNotLive(f"the write's lease (fence {fence}) is not certainly live: {why}", fence)
 
 
 class WindowPublisher:

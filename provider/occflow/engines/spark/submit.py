@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import socket
@@ -44,6 +45,7 @@ from ...core.kinds import Classification, ConflictKind, WinningCommit
 from ...core.operations import Operation, parse_operation
 from ..outcome import ErrorInfo, WriteOutcome
 from ..tags import CommitTag
+from . import submit_fence as commit_fence
 from .config import SparkConfig
 from .errors import classify_error
 from .identifiers import split_table
@@ -54,6 +56,8 @@ DRIVER_FILE = Path(__file__).with_name("driver.py")
 LOG_TAIL_CHARS = 8000
 #: The standalone master's web UI (``http://master:8080``): where a driver's application state is read.
 MASTER_UI_ENV = "OCCFLOW_SPARK_MASTER_UI"
+
+log = logging.getLogger(__name__)
 
 
 class SubmitError(InvalidDeclarationError):
@@ -411,7 +415,13 @@ def _driver_command(
     """``spark-submit`` with the config's master and conf, then the driver and its arguments
     (the job's own arguments follow: ``_job_args``)."""
     command = [spark_submit or spark_submit_path(), "--master", cfg.master]
-    for key, value in cfg.spark_conf().items():
+    conf = cfg.spark_conf()
+    if lease_window is not None:  # on Iceberg the lease is checked inside the commit too (submit_fence.py)
+        fence = commit_fence.plan(cfg)
+        if not fence.at_commit:
+            log.warning("spark-submit driver writing %s: %s", table, fence.describe())
+        conf = fence.spark_conf(conf, lease_window[0], lease_window[1])
+    for key, value in conf.items():
         command += ["--conf", f"{key}={value}"]
     if py_files:
         command += ["--py-files", ",".join(str(Path(p).absolute()) for p in py_files)]
@@ -444,7 +454,9 @@ def submit_job(
     ``tag``: the write's commit tag; the driver puts it on its commit and, right before the
     commit, refuses to commit a write whose tag the table already holds. ``lease_window``: the
     task's lease window file and the lease's fence (``lease_window.py``); the driver refuses to
-    commit unless that lease is certainly live then."""
+    write unless that lease is certainly live right before its write statement starts and, on
+    Iceberg with the lease-fence jar built, inside the commit itself (``submit_fence.py``; without
+    the jar a warning says the check stops at the statement start)."""
     the_job = as_job(job)
     split_table(table)
     cfg = config if isinstance(config, SparkConfig) else SparkConfig.from_dict(config)

@@ -14,6 +14,7 @@ from ..ledger import CommitLedger, LeaseNotLive
 from ..outcome import WriteOutcome
 from ..target import AttemptContext
 from .lease_window import LEASE_NOT_LIVE
+from .submit_fence import AT_COMMIT, AT_STATEMENT_START, LEASE_REFUSED_AT
 from .submit_ledger import SubmitLedger
 
 ENGINE = "spark-submit"
@@ -35,7 +36,9 @@ class SparkSubmitTarget:
         outcome = self.run_driver(declaration, attempt)
         refused = outcome.tag.get(LEASE_NOT_LIVE)
         if refused and not outcome.committed:
-            raise LeaseNotLive(f"the driver did not commit: {refused}", attempt.fence)
+            where = {AT_COMMIT: " (refused inside its commit)", AT_STATEMENT_START: " (refused before its write "
+                     "statement started)"}.get(outcome.tag.get(LEASE_REFUSED_AT, ""), "")
+            raise LeaseNotLive(f"the driver did not commit{where}: {refused}", attempt.fence)
         return outcome
 
     def commit_ledger(self, only_if: Mapping[str, str] | None = None) -> CommitLedger | None:
