@@ -101,7 +101,7 @@ def test_woken_together_the_data_write_is_granted_before_the_compaction(store_ur
 def test_the_bound_comes_from_the_environment_and_bad_values_are_named():
     assert store_options({})["history"] is False
     options = store_options({"OCCFLOW_LEASE_DATA_WRITE_HEAD_START": "120", "OCCFLOW_LEASE_HISTORY": "1"})
-    assert options == {"history": True, "priorities": AdmissionPriorities(data_write_head_start=120.0)}
+    assert options == {"history": True, "order_aware": True, "priorities": AdmissionPriorities(data_write_head_start=120.0)}
     for bad in ("soon", "-5", "inf"):
         with pytest.raises(LeaseStoreError, match=f"OCCFLOW_LEASE_DATA_WRITE_HEAD_START={bad!r} must be"):
             store_options({"OCCFLOW_LEASE_DATA_WRITE_HEAD_START": bad})

@@ -72,8 +72,15 @@ class TaskAdmission:
     def holder(self, context: Mapping[str, Any]) -> Holder:
         return holder_of(context)
 
-    def request(self, declaration: WriteDeclaration, context: Mapping[str, Any]) -> LeaseRequest:
-        return LeaseRequest.from_declaration(declaration, holder=self.holder(context), ttl=self.lease_ttl)
+    def request(
+        self, declaration: WriteDeclaration, context: Mapping[str, Any], *, commit_gate: bool = False
+    ) -> LeaseRequest:
+        """The lease the task asks for; ``commit_gate``: the write holds its commit at the
+        lease's gate (``LeaseKeeper.wait_gate``), so order-aware admission may grant it beside a
+        lease it must commit after. Operators' writes do; a sensor only looks."""
+        return LeaseRequest.from_declaration(
+            declaration, holder=self.holder(context), ttl=self.lease_ttl, commit_gate=commit_gate
+        )
 
     def decide(self, request: LeaseRequest) -> Admission:
         """The lease now, or the request's place in the queue and what it waits behind."""

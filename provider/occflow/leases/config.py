@@ -25,6 +25,8 @@ CONN_ID_ENV = "OCCFLOW_LEASE_STORE_CONN_ID"
 HISTORY_ENV = "OCCFLOW_LEASE_HISTORY"
 #: Seconds data writes start ahead of maintenance in the queue (``AdmissionPriorities``).
 HEAD_START_ENV = "OCCFLOW_LEASE_DATA_WRITE_HEAD_START"
+#: "0" / "false" turns order-aware admission off (every blocking pair waits, in either order).
+ORDER_AWARE_ENV = "OCCFLOW_ORDER_AWARE_ADMISSION"
 
 # Airflow connection URIs use conn types as schemes; SQLAlchemy wants dialect+driver.
 _SCHEMES = {
@@ -70,9 +72,14 @@ def store_url(url: str | None = None, env: Mapping[str, str] | None = None) -> s
 
 
 def store_options(env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """``LeaseStore`` options from the environment: history and the data writes' head start."""
+    """``LeaseStore`` options from the environment: history, order-aware admission and the data
+    writes' head start."""
     env = os.environ if env is None else env
     options: dict[str, Any] = {"history": env.get(HISTORY_ENV, "").strip().lower() in ("1", "true", "yes")}
+    order_aware = env.get(ORDER_AWARE_ENV, "").strip().lower()
+    if order_aware not in ("", "1", "true", "yes", "0", "false", "no"):
+        raise LeaseStoreError(f"{ORDER_AWARE_ENV}={order_aware!r} must be true or false")
+    options["order_aware"] = order_aware not in ("0", "false", "no")
     raw = env.get(HEAD_START_ENV, "").strip()
     if raw:
         try:

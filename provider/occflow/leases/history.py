@@ -3,7 +3,10 @@
 It replays events in decision order (``seq``; decisions on one table are serial under the
 table's lock) and proves, independently of the store's own bookkeeping:
 - no grant was made while a conflicting lease on an overlapping footprint was live (live =
-  granted, not yet released or reclaimed, and not past its expiry at the grant's time);
+  granted, not yet released or reclaimed, and not past its expiry at the grant's time), unless
+  the grant awaits that lease (order-aware admission) and the matrix cell, read here, says that
+  order commits cleanly while the other one does not;
+- no gate was passed (``pass``) while a lease it awaits was live;
 - the store's clock never ran backwards on a table;
 - no heartbeat revived a lease that had already expired;
 - fencing tokens strictly increase, grant after grant, on each table;
@@ -17,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.profiles import get_profile
 from .model import Claim
 
 #: The events that end a lease: let go, reclaimed after it lapsed, and (in histories recorded
@@ -32,6 +36,31 @@ class Violation:
 
 def _keys(text: str | None) -> frozenset[str] | None:
     return None if text is None else frozenset(json.loads(text))
+
+
+def _gated_cleanly(earlier: Mapping[str, Any], later: Mapping[str, Any]) -> bool:
+    """``later`` may commit after ``earlier`` (one profile; that order clean, the other not)."""
+    if earlier["profile"] != later["profile"]:
+        return False
+    profile = get_profile(later["profile"])
+
+    def clean(first: str, then: str) -> bool:
+        cell = profile.cell(first, then)
+        return not cell.later_fails and not cell.effect.corrupts_data
+
+    return clean(earlier["operation"], later["operation"]) and not clean(later["operation"], earlier["operation"])
+
+
+def _awaits(event: Mapping[str, Any]) -> list[str]:
+    return json.loads(event.get("awaits") or "[]")
+
+
+def _check_pass(e: Mapping[str, Any], live: Mapping[str, Mapping[str, Any]]) -> Violation | None:
+    """A gate passed while a lease it awaits was live (and not past its expiry)."""
+    still = [lid for lid in _awaits(e) if lid in live and live[lid]["expires_at"] > e["at"]]
+    if not still:
+        return None
+    return Violation(e["seq"], f"lease {e['lease_id'][:8]} passed its gate while lease {still[0][:8]} it awaits was live")
 
 
 def check_history(events: Iterable[Mapping[str, Any]]) -> list[Violation]:
@@ -56,6 +85,8 @@ def check_history(events: Iterable[Mapping[str, Any]]) -> list[Violation]:
                     continue
                 if other["table_name"] != table:
                     continue
+                if lease_id in _awaits(e) and _gated_cleanly(other, e):
+                    continue  # order-aware: its commit waits at its gate until this lease ends
                 if Claim.of(other["profile"], other["operation"], other["keys"]).blocks(
                     Claim.of(e["profile"], e["operation"], mine)
                 ):
@@ -70,6 +101,8 @@ def check_history(events: Iterable[Mapping[str, Any]]) -> list[Violation]:
             live[e["lease_id"]] = {**e, "keys": mine}
         elif kind in ENDS:
             live.pop(e["lease_id"], None)
+        elif kind == "pass" and (found := _check_pass(e, live)) is not None:
+            violations.append(found)
         elif kind == "heartbeat":
             held = live.get(e["lease_id"])
             if held is None or held["expires_at"] <= at:

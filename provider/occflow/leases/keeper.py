@@ -43,6 +43,9 @@ class LeaseKeeper:
         )
         self.lost = threading.Event()
         self.why: str | None = None
+        #: Seconds the commit was held at the lease's gate (order-aware admission).
+        self.gate_seconds = 0.0
+        self._granted_here = lease.valid_until is not None
         self._guard = threading.Lock()
         self._deadline: float | None = None
         self._extend(lease)
@@ -123,6 +126,19 @@ class LeaseKeeper:
                 _log.warning("cannot confirm %s, relying on its local deadline: %s", self.lease.name(), exc)
         # The round trip may have been slow (a locked SQLite file): look at the clock again.
         self._check_local()
+
+    def wait_gate(self, timeout: float | None = None) -> float:
+        """Hold the commit until the leases it must follow have ended (order-aware admission:
+        ``LeaseStore.wait_gate``); the seconds held, 0 for a lease granted with an open gate.
+        The lease keeps beating meanwhile; call ``ensure_live`` after it."""
+        if not self.lease.awaits and self._granted_here:
+            return 0.0  # granted in this process with an open gate (a read-back lease: ask the store)
+        waited = self.store.wait_gate(self.lease, timeout)
+        self.gate_seconds += waited
+        if waited >= 0.5:
+            _log.info("%s held its commit %.1fs at its gate, behind %s", self.lease.name(), waited,
+                      ", ".join(sorted(a[:8] for a in self.lease.awaits)))
+        return waited
 
     def _check_local(self) -> None:
         deadline = self._deadline

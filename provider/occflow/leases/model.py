@@ -142,6 +142,19 @@ class Claim:
             self.profile, self.operation, other.profile, other.operation
         )
 
+    def may_follow(self, earlier: Claim) -> bool:
+        """Order-aware admission: whether this claim (a newcomer) may run beside ``earlier`` (a
+        live lease that ``blocks`` it) with its commit held until ``earlier``'s lease ends. Only
+        where both are under one profile and, of the two commit orders, only ``earlier`` then
+        this one is clean (the later commits and the data is right): the cell read directly,
+        in both orders. Anything else (two profiles, an unknown operation) is not gated."""
+        if self.profile.name != earlier.profile.name:
+            return False
+        profile, mine, theirs = self.profile, self.operation, earlier.operation
+        if mine not in profile.operations or theirs not in profile.operations:
+            return False
+        return profile.commit_is_clean(theirs, mine) and not profile.commit_is_clean(mine, theirs)
+
 
 @dataclass(frozen=True)
 class Holder:
@@ -221,6 +234,10 @@ class LeaseRequest:
     ttl: float = 300.0  # seconds a lease lives without a heartbeat
     queue_ttl: float = 120.0  # seconds a queue place lives without a poll
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    #: The writer holds its commit at the lease's gate (``LeaseStore.wait_gate``, right before
+    #: it commits), so order-aware admission may grant it beside a live lease it must commit
+    #: after. A writer that cannot promise that (a caller of the bare store) is never gated.
+    commit_gate: bool = False
 
     @classmethod
     def create(
@@ -235,6 +252,7 @@ class LeaseRequest:
         ttl: float = 300.0,
         queue_ttl: float = 120.0,
         request_id: str | None = None,
+        commit_gate: bool = False,
     ) -> LeaseRequest:
         """Validate table, profile, operation and footprint; errors say what would be right.
         The table is kept as its canonical identity: a location already made canonical by the
@@ -257,6 +275,8 @@ class LeaseRequest:
         holder.validate()
         if request_id is not None:
             refuse_control_characters("request_id", request_id)
+        if not isinstance(commit_gate, bool):
+            raise InvalidDeclarationError(f"commit_gate must be True or False, got {shown(commit_gate)}")
         return cls(
             table=table,
             profile=prof,
@@ -266,6 +286,7 @@ class LeaseRequest:
             ttl=checked_seconds("ttl", ttl),
             queue_ttl=checked_seconds("queue_ttl", queue_ttl),
             request_id=request_id or uuid.uuid4().hex,
+            commit_gate=commit_gate,
         )
 
     @classmethod
@@ -308,6 +329,7 @@ class LeaseRequest:
             "ttl": self.ttl,
             "queue_ttl": self.queue_ttl,
             "request_id": self.request_id,
+            "commit_gate": self.commit_gate,
         }
 
     @classmethod
@@ -324,6 +346,7 @@ class LeaseRequest:
                 data["table"], data["operation"], data["profile"], data["partitions"],
                 whole_table=data["partitions"] is None, holder=holder,
                 ttl=data["ttl"], queue_ttl=data["queue_ttl"], request_id=data["request_id"],
+                commit_gate=data.get("commit_gate", False),
             )
         except (KeyError, TypeError, RecursionError) as exc:
             raise InvalidDeclarationError(
@@ -355,6 +378,9 @@ class Lease:
     ttl: float
     fence: int = 0
     valid_until: float | None = field(default=None, compare=False, repr=False)
+    #: The leases this one's commit waits for (order-aware admission, ``LeaseStore.wait_gate``),
+    #: as granted; empty on a lease read from elsewhere (ask ``LeaseStore.gate``).
+    awaits: frozenset[str] = field(default=frozenset(), compare=False)
 
     @property
     def claim(self) -> Claim:
@@ -375,6 +401,10 @@ def from_epoch(seconds: float) -> pendulum.DateTime:
 
 class AdmissionTimeout(OccflowError, TimeoutError):
     """``acquire`` gave up waiting for a lease."""
+
+
+class GateTimeout(OccflowError, TimeoutError):
+    """``wait_gate`` gave up waiting for the leases a commit must follow to end."""
 
 
 @dataclass(frozen=True)

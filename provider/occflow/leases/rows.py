@@ -139,7 +139,9 @@ def lease_of(row: Any, valid_until: float | None = None) -> Lease:
     )
 
 
-def granted_lease(request: LeaseRequest, lease_id: str, now: float, fence: int, sent: float) -> Lease:
+def granted_lease(
+    request: LeaseRequest, lease_id: str, now: float, fence: int, sent: float, awaits: frozenset[str] = frozenset()
+) -> Lease:
     """The lease a grant at ``now`` wrote for ``request``, asked for at monotonic ``sent``."""
     return Lease(
         lease_id=lease_id,
@@ -155,4 +157,5 @@ def granted_lease(request: LeaseRequest, lease_id: str, now: float, fence: int, 
         ttl=request.ttl,
         fence=fence,
         valid_until=sent + request.ttl,
+        awaits=awaits,
     )

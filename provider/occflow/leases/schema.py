@@ -107,6 +107,20 @@ events = sa.Table(
     sa.Column("task_id", sa.String(250), nullable=True),
     sa.Column("run_id", sa.String(250), nullable=True),
     sa.Column("try_number", sa.Integer, nullable=True),
+    # On grant events: the JSON list of leases the grant's commit waits for (order-aware admission).
+    sa.Column("awaits", sa.Text, nullable=True),
+)
+
+# Order-aware admission: a lease granted beside live leases it must commit after holds its
+# commit until each of them has ended (released, or lapsed). One row per (waiter, awaited);
+# a waiter's rows go when it passes its gate or ends. Edges only point from a grant to leases
+# granted before it, so waits never form a cycle.
+gates = sa.Table(
+    "occflow_lease_gates",
+    metadata,
+    sa.Column("lease_id", _ID, primary_key=True),
+    sa.Column("awaits_lease_id", _ID, primary_key=True),
+    sa.Column("table_name", sa.String(512), nullable=False),
 )
 
 # The last fencing token granted per table. Only a decision on the table (under its lock)
@@ -137,6 +151,7 @@ ADDED_COLUMNS: dict[str, dict[str, str]] = {
         "task_id": "VARCHAR(250)",
         "run_id": "VARCHAR(250)",
         "try_number": "INTEGER",
+        "awaits": "TEXT",
     },
 }
 

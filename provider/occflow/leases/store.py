@@ -34,6 +34,7 @@ from .model import (
     Admission,
     AdmissionPriorities,
     AdmissionTimeout,
+    GateTimeout,
     Lease,
     LeaseLostError,
     LeaseRequest,
@@ -91,6 +92,11 @@ def _lock_key(table: str) -> int:
 class LeaseStore:
     """Leases on table footprints, admitted by the tables' conflict matrices.
 
+    ``order_aware`` (the default): a request that holds its commit at the gate
+    (``LeaseRequest.commit_gate``) is granted beside a live lease it blocks when only that
+    lease-then-this commit order is clean (``Claim.may_follow``); its commit then waits until
+    that lease ends (``wait_gate``). ``False``: every blocking pair waits, in either order.
+
     ``history=True`` records every event (grant, release, heartbeat, expiry, queue changes),
     each with the task instance it is about, in ``occflow_lease_events`` for audits and the
     invariant checker; it grows without bound, so it is off by default.
@@ -103,11 +109,13 @@ class LeaseStore:
         priorities: AdmissionPriorities | None = None,
         history: bool = False,
         create: bool = True,
+        order_aware: bool = True,
     ) -> None:
         self.engine = engine
         self.dialect = engine.dialect.name
         self.priorities = priorities or AdmissionPriorities()
         self.history = history
+        self.order_aware = order_aware
         if create:
             self.create_schema()
 
@@ -196,7 +204,7 @@ class LeaseStore:
                 (own.queue_key, own.enqueued_at, own.request_id) if own is not None
                 else (tx.now - self.priorities.head_start(request.operation), tx.now, request.request_id)
             )
-            blockers = blockers_of(request, live, waiting, place)
+            blockers, awaits = blockers_of(request, live, waiting, place, order_aware=self.order_aware)
             blockers += [b for b in earlier_try if b.ident not in {x.ident for x in blockers}]
             if blockers:
                 tx.wait(request, place[0], queued=own is not None)
@@ -207,7 +215,7 @@ class LeaseStore:
                     tx.event("dequeue", own, request_id=own.request_id, pid=own.pid)
                     tx.freed = True
                 return Admission(None)
-            lease = tx.grant(request, queued=own is not None, sent=sent)
+            lease = tx.grant(request, queued=own is not None, sent=sent, awaits=awaits)
         # Committed: only now does the lease exist for the caller.
         return Admission(lease)
 
@@ -255,6 +263,41 @@ class LeaseStore:
                 if admission.lease is not None or remaining <= 0:
                     return admission
                 watch.wait(min(remaining, safety_poll))
+
+    # -- the commit gate (order-aware admission) ---------------------------------------------
+
+    @_translated
+    def gate(self, lease: Lease) -> list[Lease]:
+        """The live leases ``lease``'s commit still waits for, earliest grant first; ``[]``: its
+        gate is open (every lease it awaited was released or lapsed), for good."""
+        with self._locked(lease.table) as tx:
+            return [lease_of(row) for row in tx.pass_gate(lease.lease_id)]
+
+    def wait_gate(self, lease: Lease, timeout: float | None = None, safety_poll: float = 5.0) -> float:
+        """Hold ``lease``'s commit until its gate opens; the seconds it waited. Woken when a
+        lease on the table is let go, and at the earliest expiry of what it waits for (a holder
+        that died lets its lease lapse: the gate opens then). ``GateTimeout`` after ``timeout``."""
+        if timeout is not None:
+            timeout = checked_seconds("gate timeout", timeout, zero_ok=True, at_most=7 * 86400.0)
+        safety_poll = checked_seconds("safety_poll", safety_poll)
+        started = time.monotonic()
+        with self.watch(lease.table) as watch:
+            while True:
+                watch.clear()  # before asking: a release committed after this wakes us
+                awaited = self.gate(lease)
+                waited = time.monotonic() - started
+                if not awaited:
+                    return waited
+                if timeout is not None and waited >= timeout:
+                    raise GateTimeout(
+                        f"{lease.name()} waited {waited:.0f}s at its commit gate for "
+                        + "; ".join(other.name() for other in awaited)
+                    )
+                lapse = min(other.expires.timestamp() for other in awaited) - time.time() + 0.05
+                pause = min(safety_poll, max(lapse, 0.25))  # clocks may differ: never spin
+                if timeout is not None:
+                    pause = min(pause, max(timeout - waited, 0.0))
+                watch.wait(pause)
 
     # -- holding and letting go ------------------------------------------------------------
 

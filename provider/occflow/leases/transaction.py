@@ -9,6 +9,7 @@ each event when the store keeps a history.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,21 +30,30 @@ HOLDER_FIELDS = ("dag_id", "task_id", "run_id", "try_number")
 Place = tuple[float, float, str]
 
 
-def blockers_of(request: LeaseRequest, live: Sequence[Any], waiting: Sequence[Any], place: Place) -> list[Blocker]:
-    """The live leases and the waiting requests ahead of ``place`` that block ``request``."""
+def blockers_of(
+    request: LeaseRequest, live: Sequence[Any], waiting: Sequence[Any], place: Place, *, order_aware: bool = False
+) -> tuple[list[Blocker], list[str]]:
+    """The live leases and the waiting requests ahead of ``place`` that block ``request``, and
+    the live leases it may run beside if its commit waits for them (order-aware admission:
+    ``Claim.may_follow``; only for a request that holds its commit at the gate)."""
     mine = request.claim
+    gate = order_aware and request.commit_gate
     found: list[Blocker] = []
+    awaits: list[str] = []
     for row in live:
         claim = claim_of(row)
         if claim.blocks(mine):
-            found.append(Blocker("lease", row.lease_id, row.operation, claim.partitions, holder_of(row)))
+            if gate and mine.may_follow(claim):
+                awaits.append(row.lease_id)
+            else:
+                found.append(Blocker("lease", row.lease_id, row.operation, claim.partitions, holder_of(row)))
     for row in waiting:
         if row.request_id == request.request_id or (row.queue_key, row.enqueued_at, row.request_id) >= place:
             continue
         claim = claim_of(row)
         if claim.blocks(mine):
             found.append(Blocker("waiting", row.request_id, row.operation, claim.partitions, holder_of(row)))
-    return found
+    return found, awaits
 
 
 @dataclass
@@ -85,7 +95,9 @@ class TableTransaction:
         ).all()
         if expired:
             self.freed = True
-            self.conn.execute(K.delete().where(K.c.lease_id.in_([r.lease_id for r in expired])))
+            ended = [r.lease_id for r in expired]
+            self.conn.execute(K.delete().where(K.c.lease_id.in_(ended)))
+            self.conn.execute(schema.gates.delete().where(schema.gates.c.lease_id.in_(ended)))
             for r in expired:
                 self.event("expire", r, lease_id=r.lease_id, request_id=r.request_id, pid=r.pid)
         gone = self.conn.execute(
@@ -180,6 +192,7 @@ class TableTransaction:
         if row is not None:
             self.freed = True
             self.conn.execute(K.delete().where(K.c.lease_id == lease_id))
+            self.conn.execute(schema.gates.delete().where(schema.gates.c.lease_id == lease_id))
         return row
 
     def wait(self, request: LeaseRequest, queue_key: float, *, queued: bool) -> None:
@@ -207,18 +220,42 @@ class TableTransaction:
             self.conn.execute(F.insert().values(table_name=self.table, last_fence=fence))
         return int(fence)
 
-    def grant(self, request: LeaseRequest, *, queued: bool, sent: float) -> Lease:
-        """Write the lease (and leave the queue); it exists once the transaction commits."""
+    def grant(self, request: LeaseRequest, *, queued: bool, sent: float, awaits: Sequence[str] = ()) -> Lease:
+        """Write the lease (and leave the queue), and its gate: the leases its commit waits
+        for. It exists once the transaction commits."""
         L, K, Q = schema.leases, schema.lease_keys, schema.queue
         lease_id = uuid.uuid4().hex
         fence = self.next_fence()
         lease_row, key_rows = lease_rows(request, lease_id, self.now, fence)
         self.conn.execute(L.insert().values(**lease_row))
         self.conn.execute(K.insert(), key_rows)
+        if awaits:
+            self.conn.execute(schema.gates.insert(), [
+                {"lease_id": lease_id, "awaits_lease_id": other, "table_name": self.table} for other in sorted(awaits)
+            ])
         if queued:
             self.conn.execute(Q.delete().where(Q.c.request_id == request.request_id))
-        self.request_event("grant", request, lease_id=lease_id, expires_at=self.now + request.ttl, fence=fence)
-        return granted_lease(request, lease_id, self.now, fence, sent)
+        self.request_event("grant", request, lease_id=lease_id, expires_at=self.now + request.ttl, fence=fence,
+                           awaits=json.dumps(sorted(awaits)) if awaits else None)
+        return granted_lease(request, lease_id, self.now, fence, sent, frozenset(awaits))
+
+    def pass_gate(self, lease_id: str) -> list[Any]:
+        """The live leases ``lease_id``'s commit still waits for; none: its gate opens for good
+        (its rows go, and the history records ``pass``)."""
+        G, L = schema.gates, schema.leases
+        awaited = list(self.conn.execute(sa.select(G.c.awaits_lease_id).where(G.c.lease_id == lease_id)).scalars())
+        if not awaited:
+            return []
+        live = self.conn.execute(
+            sa.select(L).where(L.c.lease_id.in_(awaited), L.c.expires_at > self.now).order_by(L.c.fence)
+        ).all()
+        if not live:
+            self.conn.execute(G.delete().where(G.c.lease_id == lease_id))
+            mine = self.conn.execute(sa.select(L).where(L.c.lease_id == lease_id)).first()
+            if mine is not None:
+                self.event("pass", mine, lease_id=lease_id, request_id=mine.request_id, pid=mine.pid,
+                           awaits=json.dumps(sorted(awaited)))
+        return list(live)
 
 
 @dataclass(frozen=True)

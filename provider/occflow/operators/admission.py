@@ -95,7 +95,9 @@ def admit(
     ``LeaseAdmissionTrigger`` (``defer`` never returns then)."""
     if not settings.enabled:
         return None
-    return _lease_or_defer(settings, settings.admission.request(declaration, context), log, defer)
+    # The flow holds the commit at the lease's gate (exactly_once.BeforeCommit): it may be gated.
+    request = settings.admission.request(declaration, context, commit_gate=True)
+    return _lease_or_defer(settings, request, log, defer)
 
 
 def lease_from_event(

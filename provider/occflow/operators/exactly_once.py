@@ -177,8 +177,9 @@ def _settled(found: FoundCommit, tag: CommitTag, why: str) -> WriteOutcome:
 class BeforeCommit:
     """The check a write makes right before its commit; engines call it as late as they can.
 
-    First the ledger (another live try of the task may have committed the write meanwhile:
-    ``AlreadyCommitted``), then the lease, last because it is the one that must hold at the
+    First the lease's gate (``LeaseKeeper.wait_gate``: the leases this commit must follow have
+    ended), then the ledger (another live try of the task may have committed the write
+    meanwhile: ``AlreadyCommitted``), then the lease, last because it is the one that must hold at the
     commit (``LeaseLapsed`` when it lapsed, was lost or superseded). No keeper: admission is
     off; no guard: exactly-once is off.
     """
@@ -187,6 +188,10 @@ class BeforeCommit:
     guard: ExactlyOnce | None = None
 
     def __call__(self) -> None:
+        if self.keeper is not None:
+            # Order-aware admission: the leases this commit must follow end first (a holder
+            # that dies lets its lease lapse, and the gate opens then).
+            self.keeper.wait_gate()
         if self.guard is not None:
             self.guard.ensure_not_committed()
         if self.keeper is None:

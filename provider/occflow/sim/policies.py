@@ -59,8 +59,7 @@ _CONFLICTING: dict[str, Mapping[Operation, frozenset[Operation]]] = {}
 
 def _clean(profile: Profile, earlier: Operation, later: Operation) -> bool:
     """The later of two overlapping jobs commits and the data is right (the cell, read directly)."""
-    cell = profile.cell(earlier, later)
-    return not cell.later_fails and not cell.effect.corrupts_data
+    return profile.commit_is_clean(earlier, later)
 
 
 @dataclass(frozen=True)

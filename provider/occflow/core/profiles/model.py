@@ -191,6 +191,14 @@ class Profile:
             cell.later_fails or cell.effect.corrupts_data for cell in (self.cell(a, b), self.cell(b, a))
         )
 
+    def commit_is_clean(self, earlier: str | Operation, later: str | Operation) -> bool:
+        """Two writes from one snapshot, ``earlier`` committed first: the later one commits too
+        and the data is right (the cell, read directly). Order-aware admission lets ``later``
+        run beside ``earlier`` where only this order is clean, its commit held until
+        ``earlier``'s lease ends."""
+        cell = self.cell(earlier, later)
+        return not cell.later_fails and not cell.effect.corrupts_data
+
     def __iter__(self) -> Iterator[Cell]:
         return iter(self.cells)
 
