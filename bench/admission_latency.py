@@ -15,10 +15,16 @@ admission trigger, which takes the lease when woken, and Airflow resumes the tas
 (``admission_wait_seconds=60``: the write waits for the wake-up in its worker).
 
 Per hand-off (a write that waited, and the release just before its grant) it reports, from the
-store's history (``OCCFLOW_LEASE_HISTORY=1``: grant and release times on the store's clock) and
-from the write's own mark (the wall clock when its data callable started, with the lease's
-fence): release -> grant and release -> write start. The store's clock is the database server's
-(PostgreSQL) or this machine's (SQLite); both run here, so the clocks are one.
+store's history (``OCCFLOW_LEASE_HISTORY=1``: grant and release times on the store's clock, each
+event naming its DAG run and task) and from the write's own mark (the wall clock when its data
+callable started, with its run and task): release -> grant and release -> write start. The
+store's clock is the database server's (PostgreSQL) or this machine's (SQLite); both run here,
+so the clocks are one. PostgreSQL is started only when ``--backends`` names it.
+
+A quick check that it runs (one SQLite run per mode, no PostgreSQL; a few minutes):
+
+    .venv/bin/python bench/admission_latency.py --writes 2 --repeats 1 --backends sqlite \
+        --out /tmp/admission_latency.json
 """
 
 from __future__ import annotations
@@ -26,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -40,8 +45,10 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "bench"))
 
 import run_examples  # noqa: E402 - scripts/ is not a package
+from benchlib import machine  # noqa: E402
 
 WAIT_SECONDS = 60.0
 
@@ -60,25 +67,21 @@ from occflow.operators.delta import DeltaWriteOperator
 WRITES = {writes}
 HOLD = {hold}
 MARKS = os.environ["OCCFLOW_BENCH_MARKS"]
-STORES = {{"postgresql": os.environ["OCCFLOW_BENCH_PG_URL"], "sqlite": os.environ["OCCFLOW_BENCH_SQLITE_URL"]}}
+STORES = {{"postgresql": os.environ.get("OCCFLOW_BENCH_PG_URL"), "sqlite": os.environ["OCCFLOW_BENCH_SQLITE_URL"]}}
 
 
 def rows(context, snapshot):
     with open(MARKS, "a") as marks:
-        marks.write(json.dumps({{"table": context["task"].table, "fence": context["task"].commit_fence,
-                                 "task": context["ti"].task_id, "t": time.time()}}) + "\\n")
+        marks.write(json.dumps({{"dag_id": context["dag"].dag_id, "run_id": context["run_id"],
+                                 "task_id": context["ti"].task_id, "t": time.time()}}) + "\\n")
     time.sleep(HOLD)
     return pa.table({{"id": [1, 2, 3], "region": ["eu"] * 3, "amount": [1, 2, 3]}})
 
 
-class BenchWrite(DeltaWriteOperator):
-    def __init__(self, *, admission_wait_seconds=0.0, **kwargs):
-        super().__init__(**kwargs)
-        self.admission_wait_seconds = admission_wait_seconds
-
-
-for backend in ("postgresql", "sqlite"):
+for backend in {backends!r}:
     for mode, wait in (("defer", 0.0), ("wait", {wait})):
+        if mode not in {modes!r}:
+            continue
         table = f"bench.admission_{{backend}}_{{mode}}"
         with DAG(f"occflow_bench_admission_{{backend}}_{{mode}}", schedule=None,
                  start_date=pendulum.datetime(2024, 1, 1, tz="UTC"), catchup=False,
@@ -92,9 +95,9 @@ for backend in ("postgresql", "sqlite"):
                         pa.table({{"id": [0], "region": ["eu"], "amount": [0]}}), partition_by=["region"])
 
             writes = [
-                BenchWrite(task_id=f"write_{{i}}", table=table, operation="insert_overwrite",
-                           partitions={{"region": "eu"}}, data=rows, lease_store_url=STORES[backend],
-                           admission_wait_seconds=wait)
+                DeltaWriteOperator(task_id=f"write_{{i}}", table=table, operation="insert_overwrite",
+                                   partitions={{"region": "eu"}}, data=rows, lease_store_url=STORES[backend],
+                                   admission_wait_seconds=wait)
                 for i in range(WRITES)
             ]
             create_table() >> writes
@@ -129,8 +132,9 @@ def stop_postgres(home: Path) -> None:
         shutil.rmtree(marker.read_text(), ignore_errors=True)
 
 
-def handoffs(events: list[dict[str, Any]], marks: dict[int, float]) -> list[dict[str, float]]:
-    """Per grant of a request that waited: the release just before it, and the write's start."""
+def handoffs(events: list[dict[str, Any]], marks: dict[str, list[float]]) -> list[dict[str, float]]:
+    """Per grant of a request that waited: the release just before it, and the granted task's
+    first start (``marks``: task id -> the times its data callable started) after that release."""
     waited = {e["request_id"] for e in events if e["kind"] == "enqueue"}
     found = []
     last_release = None
@@ -139,8 +143,9 @@ def handoffs(events: list[dict[str, Any]], marks: dict[int, float]) -> list[dict
             last_release = e
         elif e["kind"] == "grant" and e["request_id"] in waited and last_release is not None:
             entry = {"release_to_grant": e["at"] - last_release["at"]}
-            if e["fence"] in marks:
-                entry["release_to_start"] = marks[e["fence"]] - last_release["at"]
+            started = [t for t in marks.get(e["task_id"], []) if t >= last_release["at"]]
+            if started:
+                entry["release_to_start"] = min(started) - last_release["at"]
             found.append(entry)
     return found
 
@@ -154,24 +159,21 @@ def spread(values: list[float]) -> dict[str, Any]:
             "p75": round(quart[2], 4), "min": round(ordered[0], 4), "max": round(ordered[-1], 4)}
 
 
-def machine() -> dict[str, Any]:
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor())
-    return {"cpus": os.cpu_count(), "cpu": model, "python": platform.python_version(), "system": platform.platform()}
-
-
 def run_one(airflow: Any, store_urls: dict[str, str], backend: str, mode: str, marks_path: Path) -> dict[str, Any]:
     from occflow.leases import LeaseStore
 
-    table = f"bench.admission_{backend}_{mode}"
-    store = LeaseStore.from_url(store_urls[backend], history=True)
-    before = max((e["seq"] for e in store.history_events(table)), default=0)
+    dag_id = f"occflow_bench_admission_{backend}_{mode}"
     load_before = os.getloadavg()[0]
-    run_id, state, seconds = run_examples.run_dag(airflow, f"occflow_bench_admission_{backend}_{mode}", timeout=600)
-    events = [e for e in store.history_events(table) if e["seq"] > before]
+    run_id, state, seconds = run_examples.run_dag(airflow, dag_id, timeout=600)
+    # This run's events (a delta-rs table's leases are keyed by its location, not its name).
+    store = LeaseStore.from_url(store_urls[backend], history=True)
+    events = [e for e in store.history_events() if (e["dag_id"], e["run_id"]) == (dag_id, run_id)]
     store.dispose()
-    lines = marks_path.read_text().splitlines() if marks_path.exists() else []
-    marks = {m["fence"]: m["t"] for m in map(json.loads, lines) if m["table"] == table}
+    marks: dict[str, list[float]] = {}
+    for line in marks_path.read_text().splitlines() if marks_path.exists() else []:
+        mark = json.loads(line)
+        if (mark["dag_id"], mark["run_id"]) == (dag_id, run_id):
+            marks.setdefault(mark["task_id"], []).append(mark["t"])
     found = handoffs(events, marks)
     print(f"  {backend:<10} {mode:<5} {state:<8} {seconds:5.0f}s  hand-offs: "
           + ", ".join(f"{h['release_to_grant']:.3f}/{h.get('release_to_start', float('nan')):.2f}" for h in found),
@@ -203,20 +205,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(REPO / "bench" / "results" / "admission_latency.json"))
     args = parser.parse_args(argv)
     backends, modes = args.backends.split(","), args.modes.split(",")
+    if unknown := sorted(set(backends) - {"postgresql", "sqlite"}) + sorted(set(modes) - {"defer", "wait"}):
+        parser.error(f"unknown --backends / --modes {unknown}; known: postgresql, sqlite / defer, wait")
 
     home = Path(tempfile.mkdtemp(prefix="occflow-bench-admission-"))
     (home / "dags").mkdir()
     (home / "dags" / "bench_admission.py").write_text(
-        textwrap.dedent(DAG_SOURCE.format(writes=args.writes, hold=args.hold, wait=WAIT_SECONDS)))
+        textwrap.dedent(DAG_SOURCE.format(writes=args.writes, hold=args.hold, wait=WAIT_SECONDS,
+                                          backends=tuple(backends), modes=tuple(modes))))
     marks_path = home / "marks.jsonl"
-    store_urls = {"postgresql": start_postgres(home), "sqlite": f"sqlite:///{home / 'occflow_leases.db'}"}
+    store_urls = {"sqlite": f"sqlite:///{home / 'occflow_leases.db'}"}
+    if "postgresql" in backends:
+        store_urls["postgresql"] = start_postgres(home)
     env = run_examples.airflow_env(home, parallelism=args.writes + 2)
     env.update({
         "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(home / "dags"), os.environ.get("PYTHONPATH", "")])),
         "OCCFLOW_LEASE_HISTORY": "1",
         "OCCFLOW_BENCH_MARKS": str(marks_path),
-        "OCCFLOW_BENCH_PG_URL": store_urls["postgresql"],
+        **({"OCCFLOW_BENCH_PG_URL": store_urls["postgresql"]} if "postgresql" in store_urls else {}),
         "OCCFLOW_BENCH_SQLITE_URL": store_urls["sqlite"],
     })
     os.environ.update(env)

@@ -53,24 +53,6 @@ def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-def run_dag(airflow: run_examples.Airflow, dag_id: str, timeout: float) -> tuple[str, str, float]:
-    """Trigger one run and wait for its end: run id, state, seconds from its start to its end."""
-    from airflow.models.dagrun import DagRun
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    run_id = run_examples.trigger(dag_id)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        airflow.check_alive()
-        with create_session() as session:
-            run = session.scalars(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id)).first()
-            if run is not None and str(run.state) in ("success", "failed"):
-                return run_id, str(run.state), (run.end_date - run.start_date).total_seconds()
-        time.sleep(0.5)
-    return run_id, "timed out", timeout
-
-
 def holds(events: list[dict[str, Any]]) -> list[float]:
     """Seconds each lease was held: its grant to its release (or expiry / takeover)."""
     granted = {e["lease_id"]: e["at"] for e in events if e["kind"] == "grant"}
@@ -84,7 +66,7 @@ def run_one(airflow: run_examples.Airflow, urls: dict[str, str], shape: str, sto
 
     dag_id = f"occflow_sched_{shape}_{store}_{mode}"
     load_before = os.getloadavg()[0]
-    run_id, state, seconds = run_dag(airflow, dag_id, timeout=900)
+    run_id, state, seconds = run_examples.run_dag(airflow, dag_id, timeout=900)
     # The events of this run's tasks (a delta-rs table's leases are keyed by its location).
     lease_store = LeaseStore.from_url(urls[store], history=True)
     events = [e for e in lease_store.history_events() if (e["dag_id"], e["run_id"]) == (dag_id, run_id)]

@@ -145,6 +145,25 @@ def trigger(dag_id: str) -> str:
     return run_id
 
 
+def run_dag(airflow: Airflow, dag_id: str, timeout: float) -> tuple[str, str, float]:
+    """Triggers one run and waits for its end: run id, state, seconds from its start to its end
+    ("timed out" and ``timeout`` if it has not ended by then). What the benchmarks run a DAG with."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    run_id = trigger(dag_id)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        airflow.check_alive()
+        with create_session() as session:
+            run = session.scalars(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id)).first()
+            if run is not None and str(run.state) in ("success", "failed"):
+                return run_id, str(run.state), (run.end_date - run.start_date).total_seconds()
+        time.sleep(0.5)
+    return run_id, "timed out", timeout
+
+
 #: What a task instance's state means in a progress line.
 STATE_WORDS = {
     "queued": "queued",
