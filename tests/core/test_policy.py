@@ -31,6 +31,7 @@ from occflow.core.policy import (
     derive_policy,
     loss_of,
     overrides_to_dict,
+    partitions_of,
 )
 from occflow.core.profiles import PROFILES
 
@@ -102,6 +103,58 @@ def test_matrix_cells_where_a_compaction_loses_to_a_data_write_skip(profile):
         c.later_fails and c.later.is_compaction and c.earlier.changes_data and c.exception.retry_safe for c in prof.cells
     )
     assert (checked > 0) == compactions_fail
+
+
+COMPACTION_LOSSES = [
+    (name, cell)
+    for name, prof in PROFILES.items()
+    for cell in prof.cells
+    if cell.later_fails and cell.later.is_compaction and cell.earlier.changes_data and cell.exception.retry_safe
+    and loss_of(cell.exception) is Loss.WRITER_WON
+]
+
+
+@pytest.mark.parametrize(
+    ("profile", "cell"), COMPACTION_LOSSES, ids=[f"{p}:{c.earlier.value}>{c.later.value}" for p, c in COMPACTION_LOSSES]
+)
+@pytest.mark.parametrize("partitions", [None, 2, 4], ids=["whole-table", "2-partitions", "4-partitions"])
+def test_a_compaction_wider_than_one_partition_that_lost_to_a_writer_retries_what_is_left(profile, cell, partitions):
+    """The cell's skip is about one partition: the winner changed *that* partition's files. A
+    compaction of several partitions or of the whole table failed as one commit, so the
+    partitions the winner did not touch are still uncompacted: it re-runs from a fresh snapshot."""
+    one = derive_policy(profile, cell.later)
+    wide = derive_policy(profile, cell.later, partitions=partitions)
+    assert one.for_kind(cell.exception).action is Action.SKIP  # the cell, as the spec reads it
+    kind_policy = wide.for_kind(cell.exception)
+    stages = first_stage_actions(kind_policy)
+    assert stages[0] is Action.RETRY and stages[-1] is Action.FAIL, stages
+    assert all(s.stop.attempt_limit() for s in kind_policy.stages()[:-1])  # bounded
+    assert "rest are still uncompacted" in kind_policy.reason and cell.earlier.value in kind_policy.reason
+    decision = wide.decide(Classification(kind=cell.exception, engine="test", reason="lost"), attempt=1)
+    assert decision.action is Action.RETRY and decision.delay_seconds > 0
+    # A job that does not re-plan from a fresh snapshot must not retry in the task: it reschedules.
+    stale = derive_policy(profile, cell.later, partitions=partitions, replans_from_fresh_snapshot=False)
+    assert first_stage_actions(stale.for_kind(cell.exception))[0] is Action.RESCHEDULE
+    # What the policy covers is printed and serialised.
+    assert wide.to_dict()["partitions"] == partitions
+    assert ("whole table" if partitions is None else f"{partitions} partitions") in wide.table().splitlines()[0]
+
+
+def test_an_iceberg_whole_table_compaction_that_lost_to_a_delete_retries_and_one_partition_skips():
+    found = classify(fixture_text("iceberg_validation_conflicting_files.txt"))
+    assert derive_policy("iceberg-serializable", "optimize").decide(found, 1).action is Action.SKIP
+    whole = derive_policy("iceberg-serializable", "optimize", partitions=partitions_of(None))
+    assert whole.decide(found, 1).action is Action.RETRY
+    several = derive_policy("iceberg-serializable", "optimize", partitions=partitions_of([{"ds": "a"}, {"ds": "b"}]))
+    assert several.decide(found, 1).action is Action.RETRY
+    single = derive_policy("iceberg-serializable", "optimize", partitions=partitions_of([{"ds": "a"}]))
+    assert single.decide(found, 1).action is Action.SKIP
+
+
+@pytest.mark.parametrize("partitions", [0, -1, True, "3", 1.5])
+def test_a_number_of_partitions_that_is_not_one_or_more_is_refused(partitions):
+    with pytest.raises(InvalidDeclarationError, match="partitions must be a number of partitions >= 1"):
+        derive_policy("iceberg-serializable", "optimize", partitions=partitions)
 
 
 @pytest.mark.parametrize("profile", list(PROFILES))

@@ -16,7 +16,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from ..core.declaration import WriteDeclaration
 from ..core.errors import InvalidDeclarationError
-from ..core.policy import WritePolicy, derive_policy, overrides_to_dict
+from ..core.policy import WritePolicy, derive_policy, overrides_to_dict, partitions_of
 from ..core.report import WriteReport
 from ..engines.target import WriteTarget
 from . import admission
@@ -208,10 +208,17 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
             # Before any write: a rendered value that is not a partition value fails for good.
             raise AirflowFailException(f"{self.task_id}: invalid rendered declaration: {exc}") from exc
 
-    def write_policy(self) -> WritePolicy:
+    def write_policy(self, declaration: WriteDeclaration | None = None) -> WritePolicy:
+        """The policy of the write ``declaration`` says (default: the operator's own); how many
+        partitions it covers decides whether a compaction that lost skips or retries what is left."""
+        covers = (declaration or self.occflow_write).partitions
         # occflow's operators re-plan every attempt from a fresh snapshot (the targets load it).
         return derive_policy(
-            self.profile, self.operation, self.policy_overrides, replans_from_fresh_snapshot=True
+            self.profile,
+            self.operation,
+            self.policy_overrides,
+            replans_from_fresh_snapshot=True,
+            partitions=partitions_of(covers),
         )
 
     def flow_settings(self) -> FlowSettings:
@@ -232,7 +239,7 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
             with admission.keep(settings, lease, self.log) as keeper:
                 flow = WriteFlow(
                     declaration=declaration,
-                    policy=self.write_policy(),
+                    policy=self.write_policy(declaration),
                     target=target,
                     context=context,
                     log=self.log,

@@ -2,7 +2,8 @@
 
 A policy says, for every ``ConflictKind`` a write can meet, what to do when it loses: retry in
 the task (fresh snapshot, backoff with jitter), reschedule the task (free the worker slot and
-come back later), skip (a compaction that lost to a data write), fail fast and alert, or leave
+come back later), skip (a compaction of one partition that lost to a data write; one of several partitions or
+of the whole table retries what is left), fail fast and alert, or leave
 the error to Airflow's ordinary retries (it is not a conflict).
 
 The pieces read like tenacity's: small frozen objects that each say one thing (how long to wait,
@@ -18,7 +19,7 @@ when to give up, what to do) and compose with ``+`` and ``|``; every one prints 
 
 from __future__ import annotations
 
-from .derive import RULES, OverrideValue, Rule, Situation, derive_policy, overrides_to_dict
+from .derive import RULES, OverrideValue, Rule, Situation, derive_policy, overrides_to_dict, partitions_of
 from .model import Action, Decision, KindPolicy, WritePolicy, parse_kind
 from .timing import LOSS_OF_KIND, TIMING, Loss, Timing, loss_of
 from .waits import (
@@ -65,6 +66,7 @@ __all__ = [
     "loss_of",
     "overrides_to_dict",
     "parse_kind",
+    "partitions_of",
     "stop_from_dict",
     "wait_from_dict",
 ]

@@ -4,11 +4,17 @@ Data-driven: ``timing.LOSS_OF_KIND`` says what losing with a kind means, ``timin
 long each loss waits and when it gives up, ``RULES`` (first match wins) which action follows,
 and the profile's matrix says which earlier operations can make this operation lose with which
 kind. A user's overrides are checked against the rules that are not negotiable.
+
+A matrix cell describes two jobs on one partition (or one non-partitioned table). What follows a
+lost compaction also depends on how many partitions the compaction covers (``partitions``): the
+cell's winner changed the files of *its* partition, so "nothing is left to do" is true for a
+compaction of that one partition only; a compaction of several partitions or of the whole table
+still has the others to compact, and re-runs from a fresh snapshot.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -31,6 +37,17 @@ class Situation:
     replans_from_fresh_snapshot: bool
     # Earlier operations whose commit makes this operation fail with ``kind`` (the matrix).
     winners: tuple[Operation, ...]
+    # How many partitions the write covers; ``None``: the whole table. A cell is one partition.
+    partitions: int | None = 1
+
+    @property
+    def one_partition(self) -> bool:
+        """The write covers one partition: the footprint a matrix cell describes."""
+        return self.partitions == 1
+
+    @property
+    def footprint_text(self) -> str:
+        return "the whole table" if self.partitions is None else f"{self.partitions} partitions"
 
     @property
     def winners_text(self) -> str:
@@ -67,6 +84,19 @@ def _retry_then_reschedule(s: Situation) -> KindPolicy:
             reason="still losing after in-task retries: free the worker slot while the other writers finish",
         ),
         reason=f"lost to {s.winners_text}: the job re-runs from a fresh snapshot",
+    )
+
+
+def _retry_what_is_left(s: Situation) -> KindPolicy:
+    # The winner changed its partition's files; the compaction failed as one commit, so the other
+    # partitions it covers are still uncompacted. A new attempt plans again on the fresh snapshot.
+    return replace(
+        _retry_then_reschedule(s),
+        reason=(
+            f"{s.operation.value} of {s.footprint_text} lost to {s.winners_text}, which changed the files "
+            "of the partitions it wrote: the rest are still uncompacted, so the compaction re-runs from "
+            "a fresh snapshot and rewrites what is left"
+        ),
     )
 
 
@@ -107,12 +137,20 @@ RULES: tuple[Rule, ...] = (
         lambda s: KindPolicy.fail(s.kind.help),
     ),
     Rule(
-        "compaction lost to a writer",
-        lambda s: s.operation.is_compaction and s.loss in (Loss.WRITER_WON, Loss.ENGINE_BUDGET),
+        "compaction of one partition lost to a writer",
+        lambda s: s.operation.is_compaction and s.one_partition and s.loss in (Loss.WRITER_WON, Loss.ENGINE_BUDGET),
         lambda s: KindPolicy.skip(
-            f"{s.operation.value} lost to {s.winners_text}: the files it rewrote changed, nothing "
-            "is left to do; the next scheduled compaction picks up the new files"
+            f"{s.operation.value} of one partition lost to {s.winners_text}: the files it rewrote "
+            "changed, nothing is left to do; the next scheduled compaction picks up the new files"
         ),
+    ),
+    Rule(
+        "compaction of several partitions lost to a writer",
+        lambda s: s.operation.is_compaction
+        and not s.one_partition
+        and s.loss is Loss.WRITER_WON
+        and s.in_task_retry_is_safe,
+        _retry_what_is_left,
     ),
     Rule(
         "read-modify-write without fresh snapshot",
@@ -186,13 +224,20 @@ def derive_policy(
     operation: str | Operation,
     overrides: Mapping[ConflictKind | str, OverrideValue] | None = None,
     replans_from_fresh_snapshot: bool = True,
+    partitions: int | None = 1,
 ) -> WritePolicy:
     """The policy for ``operation`` on ``profile``: every ``ConflictKind`` mapped by ``RULES``.
 
     ``replans_from_fresh_snapshot``: the job re-reads the table on each attempt (occflow's
     operators guarantee it); ``False`` keeps read-modify-write jobs from in-task retries.
     ``overrides`` maps a kind (or its name) to a ``KindPolicy``, an action name or a dict.
+    ``partitions``: how many partitions the write covers (``None``: the whole table); the
+    default, one, is the footprint of a matrix cell (``partitions_of`` counts a declaration's).
     """
+    if partitions is not None and (isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 1):
+        raise InvalidDeclarationError(
+            f"partitions must be a number of partitions >= 1, or None for the whole table; got {partitions!r}"
+        )
     prof = get_profile(profile)
     op = prof.operation(operation)
     winners = _winners(prof, op)
@@ -206,6 +251,7 @@ def derive_policy(
             profile=prof,
             replans_from_fresh_snapshot=replans_from_fresh_snapshot,
             winners=winners.get(kind, ()),
+            partitions=partitions,
         )
         rule = next(r for r in RULES if r.applies(situation))
         policy = rule.build(situation)
@@ -219,7 +265,14 @@ def derive_policy(
         kinds=tuple(kinds),
         overridden=frozenset(wanted),
         winners=tuple((kind, winners.get(kind, ())) for kind in ConflictKind),
+        partitions=partitions,
     )
+
+
+def partitions_of(specs: Sequence[Mapping[str, Any]] | None) -> int | None:
+    """How many partitions a declaration's ``partitions`` cover, for ``derive_policy``:
+    ``None`` (or none listed) is the whole table."""
+    return len(specs) if specs else None
 
 
 def _winners(profile: Profile, operation: Operation) -> dict[ConflictKind, tuple[Operation, ...]]:

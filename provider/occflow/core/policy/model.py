@@ -183,6 +183,8 @@ class WritePolicy:
     overridden: frozenset[ConflictKind] = frozenset()
     # The matrix: earlier operations that make this operation fail with each kind.
     winners: tuple[tuple[ConflictKind, tuple[Operation, ...]], ...] = ()
+    # How many partitions the write covers (``None``: the whole table); a matrix cell is one.
+    partitions: int | None = 1
 
     def for_kind(self, kind: ConflictKind | str) -> KindPolicy:
         wanted = parse_kind(kind)
@@ -243,6 +245,7 @@ class WritePolicy:
             "profile": self.profile,
             "operation": self.operation.value,
             "replans_from_fresh_snapshot": self.replans_from_fresh_snapshot,
+            "partitions": self.partitions,
             "kinds": {kind.value: policy.to_dict() for kind, policy in self.kinds},
             "overridden": sorted(kind.value for kind in self.overridden),
             "met_kinds": [kind.value for kind in self.met_kinds()],
@@ -260,9 +263,13 @@ class WritePolicy:
 
     def table(self) -> str:
         """The policy as a user reads it: kinds this operation meets first, each stage spelled out."""
+        # A matrix cell is one partition: a wider footprint is said, it changes what compactions do.
+        covers = "" if self.partitions == 1 else (
+            "covers the whole table; " if self.partitions is None else f"covers {self.partitions} partitions; "
+        )
         header = (
             f"policy for {self.operation.value} on {self.profile} "
-            f"(re-plans from a fresh snapshot: {'yes' if self.replans_from_fresh_snapshot else 'no'})"
+            f"({covers}re-plans from a fresh snapshot: {'yes' if self.replans_from_fresh_snapshot else 'no'})"
         )
         met_kinds = set(self.met_kinds())
         plans: dict[str, str] = {}  # policy text -> its label, so repeated plans print once
