@@ -16,6 +16,7 @@ from typing import Any
 from ...core.errors import InvalidDeclarationError
 from ...core.operations import Operation, parse_operation
 from ...core.sql import split_statements
+from .iceberg_rewrite import run_statement
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class SqlJob:
 
     def run(self, spark: Any, context: JobContext) -> None:
         for statement in self.statements:
-            spark.sql(statement)
+            run_statement(spark, statement)
 
     def describe(self) -> str:
         return "sql: " + " ".join(self.text.split())[:200]

@@ -24,6 +24,7 @@ from ..ledger import CommitRefused
 from ..outcome import WriteOutcome
 from .config import SparkConfig
 from .errors import classify_error, error_info
+from .iceberg_rewrite import run_statement
 from .identifiers import split_table
 from .jobs import Job, JobContext, SqlJob, as_job
 from .settings import SparkConfigError
@@ -172,7 +173,7 @@ def _run_job(job: Job, spark: Any, context: JobContext, before_commit: Callable[
     for index, statement in enumerate(statements):
         if index == last:
             before_commit()
-        spark.sql(statement)
+        run_statement(spark, statement)
 
 
 def _is_write(statement: str) -> bool:
