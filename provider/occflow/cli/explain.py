@@ -207,7 +207,7 @@ def explain_job(sql: str, facts: TableFacts) -> Explained:
                 f"{shorten(text)!r} is MaxCompute's ALTER TABLE write, not {facts.table_format} SQL: "
                 "explain it with --table-format maxcompute-transactional (or maxcompute)"
             )
-        derived = derive_write(sql, facts.partition_columns)
+        derived = derive_write(sql, facts.partition_columns, facts.engine)
     return Explained(sql, derived, facts, facts.profile(derived.operation))
 
 

@@ -41,7 +41,7 @@ def check_sql_write(
     """
     sql, allow_settings = job_text(text)
     found = read_sql_write(sql, allow_settings)
-    derived = derive_sql_write(found, _declared_columns(declaration))
+    derived = derive_sql_write(found, _declared_columns(declaration), _engine_of(declaration))
     if derived.operation is not declaration.operation:
         reason = next((w for w in derived.why if "note (1)" in w), None)
         raise InvalidDeclarationError(
@@ -78,3 +78,17 @@ def _same_table(written: str, declared: str, catalogs_known: bool) -> bool:
         return written == declared
     a, b = table_parts(written), table_parts(declared)
     return sorted((len(a), len(b))) == [2, 3] and a[-2:] == b[-2:]
+
+
+def _engine_of(declaration: WriteDeclaration) -> str | None:
+    """The engine a declaration's profiles name (how it finds the files an UPDATE or DELETE
+    rewrites: ``core.sqlfilefinding``); ``None`` (the widest reading) for a Delta profile that
+    may run on delta-rs or on Spark."""
+    profile = declaration.engine_profile or declaration.profile.name
+    if profile == "delta-rs":
+        return "delta-rs"
+    if profile.startswith("iceberg"):
+        return "spark-iceberg"
+    if profile.startswith("maxcompute"):
+        return "maxcompute"
+    return None

@@ -166,7 +166,9 @@ class SparkWriteOperator(OccflowWriteOperator):
         the table's real partition columns (or checked against the declared ones), and the
         profile the table's facts say (a declared one they contradict is refused)."""
         facts = self._target(declaration).table_facts(declaration.table_key)
-        derived = derive_write(self.sql or "", None if facts is None else facts.partition_columns)
+        derived = derive_write(
+            self.sql or "", None if facts is None else facts.partition_columns, None if facts is None else facts.engine
+        )
         profile = declaration.profile
         if facts is not None and self.derives["profile"]:
             profile = facts.profile(derived.operation, zorder=derived.zorder)

@@ -52,7 +52,7 @@ def read_maxcompute_write(sql: str | Sequence[str], partition_columns: Sequence[
         )
     if alters:
         return alter_derived_write(statements[0], partition_columns)
-    derived = derive_write(sql, partition_columns)
+    derived = derive_write(sql, partition_columns, "maxcompute")
     if derived.operation is Operation.MERGE:
         return replace(derived, operation=Operation.UPDATE, why=(*derived.why, MERGE_AS_UPDATE))
     return derived
