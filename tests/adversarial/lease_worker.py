@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import inspect
 import json
 import os
 import random
@@ -105,6 +106,8 @@ def hold_and_commit(store: LeaseStore, lease: Any, intent: dict[str, Any], args:
         time.sleep(rnd.uniform(0.05, args.hold_max))
         try:
             if fenced:
+                if hasattr(keeper, "wait_gate"):
+                    keeper.wait_gate()  # order-aware admission: the leases this commit follows end first
                 keeper.ensure_live()  # the last thing before the commit
         except LeaseLostError as exc:
             log.write({**record, "kind": "abort", "why": str(exc), "t": time.time()})
@@ -117,9 +120,12 @@ def hold_and_commit(store: LeaseStore, lease: Any, intent: dict[str, Any], args:
 def cycle(store: LeaseStore, intent: dict[str, Any], args: argparse.Namespace, rnd: random.Random,
           log: Log) -> None:
     holder = Holder(intent["dag_id"], intent["task_id"], intent["run_id"], intent["try_number"])
+    # Writers that hold their commit at the gate may be admitted beside a lease they must
+    # commit after (an occflow tree from before order-aware admission has no such option).
+    gate = {"commit_gate": True} if "commit_gate" in inspect.signature(LeaseRequest.create).parameters else {}
     request = LeaseRequest.create(
         intent["table"], intent["operation"], intent["profile"], intent["footprint"],
-        whole_table=intent["footprint"] is None, holder=holder, ttl=args.ttl, queue_ttl=60,
+        whole_table=intent["footprint"] is None, holder=holder, ttl=args.ttl, queue_ttl=60, **gate,
     )
     write_intent(args.intent, intent)
     lease = acquire(store, request, args.stop, rnd)

@@ -57,6 +57,11 @@ def test_merge_behind_a_stream_of_appends_gets_in_and_later_appends_wait(store_u
     threads, appends = append_stream(store, profile, stop)
     try:
         time.sleep(1.0)
+        # Arrive while an append is live (on a loaded machine the stream may have a gap): the
+        # case is a merge that must wait, not one that walks into a free footprint.
+        deadline = time.monotonic() + 10
+        while not store.leases("db.t") and time.monotonic() < deadline:
+            time.sleep(0.005)
         merge = LeaseRequest.create("db.t", operation, profile, ["ds=1"], holder=Holder("etl", operation))
         lease, waited = wait_for(store, merge, limit=20)
         assert lease is not None, f"{operation} starved behind the appends"
