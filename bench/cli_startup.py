@@ -41,7 +41,10 @@ COMMANDS: dict[str, list[str]] = {
 
 def cpu_seconds(argv: list[str]) -> float:
     """User + system CPU seconds of one run of ``argv`` (its output thrown away)."""
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # As a user's install runs: bytecode cached (a shell or test runner that exports
+    # PYTHONDONTWRITEBYTECODE would make every run compile its modules again).
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode != 0:
@@ -65,7 +68,7 @@ def main() -> None:
         results[name] = {"min": runs[0], "median": statistics.median(runs), "max": runs[-1], "runs": runs}
         print(f"{name:30} cpu s  min {runs[0]:.3f}  median {statistics.median(runs):.3f}  max {runs[-1]:.3f}"
               f"  (n={len(runs)})")
-    out = {"machine": machine(), "repeats": args.repeats, "commands": results}
+    out = {"machine": machine(), "load_average": os.getloadavg(), "repeats": args.repeats, "commands": results}
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {args.out}", file=sys.stderr)
 
