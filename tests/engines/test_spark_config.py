@@ -133,7 +133,7 @@ def test_every_bad_field_is_one_line_naming_the_field_the_value_and_what_is_allo
     assert str(err.value).splitlines() == [
         "invalid Spark config:",
         "  unknown Spark config keys ['tabel_format']; known keys: master, remote, app_name, table_format, conf, "
-        "catalog, jars, home",
+        "catalog, jars, home, log_level",
         "  master must be a Spark master URL such as 'local[2]' or 'spark://host:7077' (no spaces or line breaks), got ''",
         "  conf['spark.x'] must be a string, number or boolean, got [1]",
         "  catalog: isolation must be one of serializable, snapshot, got 'none'",

@@ -14,6 +14,7 @@ from .delta_spark import DeltaFormat
 from .formats import NoConflictDetectionWarning, PlainFormat, TableFormat
 from .iceberg import IcebergFormat
 from .iceberg_catalog import IcebergCatalogConfig
+from .log4j import LOG_LEVELS, driver_log_conf
 from .settings import (
     PathText,
     ReadOnlyMapping,
@@ -48,7 +49,9 @@ class SparkConfig(SparkSettings):
 
     ``catalog`` holds the table format's catalog settings (for Iceberg see
     ``IcebergCatalogConfig``; Delta takes ``jars``). ``home`` is where the embedded default keeps
-    its warehouse and catalog database (``$OCCFLOW_HOME`` or ``~/.occflow``).
+    its warehouse and catalog database (``$OCCFLOW_HOME`` or ``~/.occflow``). ``log_level`` is the
+    level of Spark's own log lines in a session occflow starts in its process, with the start-up
+    lines nobody can act on dropped (``log4j.py``); ``None`` keeps Spark's logging as it is.
     """
 
     settings_name = "Spark config"
@@ -61,6 +64,7 @@ class SparkConfig(SparkSettings):
     catalog: ReadOnlyMapping = Field(default_factory=no_settings)
     jars: StrList = ()
     home: PathText | None = None
+    log_level: str | None = "WARN"
 
     @field_validator("master")
     @classmethod
@@ -81,6 +85,18 @@ class SparkConfig(SparkSettings):
                 f"spaces or line breaks), got {value!r}"
             )
         return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _log4j_level(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if value.upper() not in LOG_LEVELS:
+            raise ValueError(
+                f"log_level must be one of Spark's log4j levels {', '.join(LOG_LEVELS)}, or null for Spark's own "
+                f"logging configuration, got {value!r}"
+            )
+        return value.upper()
 
     @field_validator("table_format")
     @classmethod
@@ -147,6 +163,11 @@ class SparkConfig(SparkSettings):
             out["spark.jars"] = ",".join(jars)
         out.update(self.conf)
         return out
+
+    def driver_log_conf(self) -> dict[str, str]:
+        """The conf that gives a driver JVM started in this process occflow's log configuration
+        (merged with ``conf``'s own Java options; empty if ``conf`` names its own log4j file)."""
+        return driver_log_conf(self.log_level, self.master, self.conf)
 
 
 def _check_catalog(table_format: str, catalog: Mapping[str, Any]) -> None:

@@ -63,7 +63,8 @@ class SparkEngine:
                 self._spark = builder.getOrCreate()
                 return self._spark
             builder = SparkSession.builder.master(self.config.master)
-            conf = self.config.spark_conf()
+            # The log settings act only when this call starts the JVM; a running one keeps its own.
+            conf = {**self.config.spark_conf(), **self.config.driver_log_conf()}
             _check_running_context(conf)
             for key, value in conf.items():
                 builder = builder.config(key, value)
