@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -62,6 +63,9 @@ def airflow_env(home: Path, parallelism: int) -> dict[str, str]:
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
         "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+        # Airflow generates a 24-byte secret; PyJWT wants 64 for HS512 and warns (InsecureKeyLengthWarning) in
+        # every service log at each token it signs. One secret for all of this run's services.
+        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(64),
         # The examples' tables, Iceberg catalog and lease store live under this run's home.
         "OCCFLOW_HOME": str(home / "occflow"),
         "OCCFLOW_LEASE_STORE_URL": f"sqlite:///{home / 'occflow_leases.db'}",

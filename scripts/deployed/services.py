@@ -346,7 +346,7 @@ def airflow_env(home: Path, dags: Path, pg: Postgres, broker: str, api_port: int
         "AIRFLOW__CELERY_BROKER_TRANSPORT_OPTIONS__VISIBILITY_TIMEOUT": "21600",
         "AIRFLOW__API__PORT": str(api_port),
         "AIRFLOW__API__HOST": "127.0.0.1",
-        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
+        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(64),  # 64+ bytes: PyJWT warns below that for HS512
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{api_port}/execution/",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
