@@ -61,9 +61,9 @@ def lease_store() -> tuple[LeaseStore | None, str, str | None]:
 @dataclass(frozen=True)
 class Reader:
     """What one user may read: the DAGs, one by one, and whether every DAG (the auth manager,
-    asked about no DAG in particular, says yes: FAB's permission on all DAGs, the simple auth
-    manager's viewer role and above). Only a reader of every DAG sees the lease spans no DAG
-    can be named for: they may belong to any DAG."""
+    asked about no DAG in particular, says yes, and every DAG Airflow knows is among the user's:
+    a viewer limited to a team's DAGs is not a reader of every DAG). Only a reader of every DAG
+    sees the lease spans no DAG can be named for: they may belong to any DAG."""
 
     readable: data.Readable
     every_dag: bool
@@ -71,10 +71,19 @@ class Reader:
 
 def _reader(user: Any) -> Reader:
     manager = get_auth_manager()
-    return Reader(
-        readable=manager.get_authorized_dag_ids(user=user, method="GET").__contains__,
-        every_dag=bool(manager.is_authorized_dag(method="GET", user=user)),
-    )
+    readable = manager.get_authorized_dag_ids(user=user, method="GET")
+    # Asked about no DAG in particular, an auth manager may say yes to a user limited by team
+    # (the simple auth manager with ``multi_team``): every DAG is every DAG Airflow knows.
+    every_dag = bool(manager.is_authorized_dag(method="GET", user=user)) and _all_dag_ids() <= readable
+    return Reader(readable=readable.__contains__, every_dag=every_dag)
+
+
+def _all_dag_ids() -> set[str]:
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        return set(session.scalars(select(DagModel.dag_id)))
 
 
 def requires_reading_dags(request: Request, user: GetUserDep) -> None:

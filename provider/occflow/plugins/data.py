@@ -33,6 +33,7 @@ from airflow.models.taskinstance import TaskInstance as TI
 from airflow.models.xcom import XComModel
 from sqlalchemy import and_, or_, select
 
+from ..core.errors import OccflowError
 from ..core.report import MalformedReport, WriteReport
 from ..leases import LeaseStore, LeaseStoreError
 from .tables import same_table, table_key, table_name
@@ -73,7 +74,11 @@ class Filters:
     def wants_table(self, table: str) -> bool:
         if self.table is None:
             return True
-        return table_key(table) in self.locations or same_table(table, self.table)
+        try:
+            key = table_key(table)
+        except (OccflowError, ValueError):  # a report's text that is no table's name: only itself
+            return table == self.table
+        return key in self.locations or same_table(table, self.table)
 
 
 def _iso(epoch: float | None) -> str | None:
@@ -358,10 +363,25 @@ def airflow_writes(session: Any, readable: Readable, filters: Filters, task: Map
         row = _write_row(ti, report)
         for attempt in row["conflicts"]:
             if attempt["winner_dag"] and not readable(attempt["winner_dag"]):
-                # The winner's task is in a DAG this reader may not read: its commit only.
-                attempt.update(winner_task=None, winner_dag=None, winner_run=None)
+                _commit_only(attempt)
         rows.append(row)
     return rows
+
+
+#: What a winning commit says about the commit itself, not about the Airflow try that made it.
+_COMMIT_FIELDS = ("version", "operation", "timestamp", "snapshot_id", "others", "basis")
+
+
+def _commit_only(attempt: dict[str, Any]) -> None:
+    """The winner's task is in a DAG this reader may not read: show its commit only (version,
+    operation), neither in the winner's text nor in its fields nor in its tag."""
+    commit = attempt.get("winning_commit") or {}
+    kept = {k: commit.get(k) for k in _COMMIT_FIELDS if k in commit}
+    where = (f"v{kept['version']}" if kept.get("version") is not None
+             else f"snapshot {kept['snapshot_id']}" if kept.get("snapshot_id") is not None else "")
+    text = " ".join(p for p in (where, str(kept.get("operation") or "")) if p)
+    attempt.update(winner_task=None, winner_dag=None, winner_run=None, winning_commit=kept or None,
+                   winner=text or None)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,15 @@ def identities(table: str) -> frozenset[str]:
 
 def same_table(a: str, b: str) -> bool:
     """One table in two spellings: a location and a name that leads there, or two names (a
-    report's declared name may lack the catalog the store's key carries)."""
+    report's declared name may lack the catalog the store's key carries). A text that is no
+    table's name (a malformed or hostile report's) is only itself."""
+    try:
+        return _same_table(a, b)
+    except (OccflowError, ValueError):
+        return a == b
+
+
+def _same_table(a: str, b: str) -> bool:
     if identities(a) & identities(b):
         return True
     if is_location(a) or is_location(b):
