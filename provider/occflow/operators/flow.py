@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, NoReturn
@@ -51,6 +51,7 @@ from ..leases import LeaseKeeper
 from .exactly_once import BeforeCommit, ExactlyOnce, from_context
 from .history import WriteHistory, emit_metrics, store_history
 from .messages import attempt_line, engine_message, fitted_to_engine, sentence, why
+from .taskref import task_ref
 
 #: Aborts for a lease that was not live at the commit, per task instance, before the task fails
 #: (for Airflow's retries) instead of going back through admission once more.
@@ -201,16 +202,8 @@ class WriteFlow:
             user_context=self.context,
             lease_live_until=self._live_until,
         )
-        guard = self._guard
         try:
-            if guard is None:
-                outcome = self.target.run_attempt(self.declaration, attempt)
-            else:
-                # A retry or a later try first looks for its write in the table.
-                outcome = guard.run(
-                    lambda: self.target.run_attempt(self.declaration, attempt),
-                    verify_first=later_try or attempt.number > 1,
-                )
+            outcome = self._run_target(attempt, later_try)
         except StaleOverwriteError as stale:
             status = WriteStatus.SKIPPED if stale.action == "skip" else WriteStatus.FAILED
             self._end(status, error=str(stale))
@@ -246,6 +239,15 @@ class WriteFlow:
         history.wasted_seconds += time.monotonic() - started
         found = outcome.classification or classify(outcome.error)
         raise WriteLost(found, outcome, None)
+
+    def _run_target(self, attempt: AttemptContext, later_try: bool) -> WriteOutcome:
+        """The engine's attempt, under exactly-once when it is on: a retry or a later try first
+        looks for its write in the table."""
+        guard = self._guard
+        if guard is None:
+            return self.target.run_attempt(self.declaration, attempt)
+        return guard.run(lambda: self.target.run_attempt(self.declaration, attempt),
+                         verify_first=later_try or attempt.number > 1)
 
     def _exactly_once(self) -> ExactlyOnce | None:
         """The exactly-once guard of the write, or ``None`` (outside a task, an engine that
@@ -475,22 +477,6 @@ def _commit_text(report: WriteReport) -> str:
     if report.snapshot_id is not None:
         parts.append(f"snapshot {report.snapshot_id}")
     return " ".join(parts) or "no new version"
-
-
-def task_ref(context: Any) -> TaskRef | None:
-    """The task instance in an Airflow ``context`` as plain values; ``None`` outside a task."""
-    ti = context.get("ti") if isinstance(context, Mapping) or hasattr(context, "get") else None
-    if ti is None:
-        return None
-    map_index = getattr(ti, "map_index", None)
-    number = getattr(ti, "try_number", None)
-    return TaskRef(
-        dag_id=str(ti.dag_id),
-        task_id=str(ti.task_id),
-        run_id=str(ti.run_id),
-        map_index=int(map_index) if isinstance(map_index, int) else -1,
-        try_number=int(number) if isinstance(number, int) else 1,
-    )
 
 
 __all__ = [
