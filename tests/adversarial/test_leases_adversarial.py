@@ -90,11 +90,11 @@ def _clean(profile: str, earlier: str, later: str) -> bool:
 
 
 def gated_in_a_clean_order(a: dict[str, Any], b: dict[str, Any], windows: dict[str, tuple[float, float]]) -> bool:
-    """Order-aware admission's allowed overlap: ``b`` was granted after ``a`` (beside it), ``a``
-    committed first, and of the two commit orders only that one is clean, on one profile."""
+    """Order-aware admission's allowed overlap: ``a`` committed first, and of the two commit
+    orders only that one is clean, on one profile (whichever was granted first: a newcomer may
+    follow a running writer, or hold one that has not reached its gate)."""
     return (
         a["profile"] == b["profile"]
-        and windows[a["lease_id"]][0] < windows[b["lease_id"]][0]
         and _clean(a["profile"], a["operation"], b["operation"])
         and not _clean(a["profile"], b["operation"], a["operation"])
     )

@@ -4,8 +4,9 @@ It replays events in decision order (``seq``; decisions on one table are serial 
 table's lock) and proves, independently of the store's own bookkeeping:
 - no grant was made while a conflicting lease on an overlapping footprint was live (live =
   granted, not yet released or reclaimed, and not past its expiry at the grant's time), unless
-  the grant awaits that lease (order-aware admission) and the matrix cell, read here, says that
-  order commits cleanly while the other one does not;
+  the grant awaits that lease, or holds it (its commit waits for the grant's: order-aware
+  admission), and the matrix cells, read here, say that order commits cleanly while the other
+  one does not;
 - no gate was passed (``pass``) while a lease it awaits was live;
 - the store's clock never ran backwards on a table;
 - no heartbeat revived a lease that had already expired;
@@ -51,8 +52,8 @@ def _gated_cleanly(earlier: Mapping[str, Any], later: Mapping[str, Any]) -> bool
     return clean(earlier["operation"], later["operation"]) and not clean(later["operation"], earlier["operation"])
 
 
-def _awaits(event: Mapping[str, Any]) -> list[str]:
-    return json.loads(event.get("awaits") or "[]")
+def _awaits(event: Mapping[str, Any], field: str = "awaits") -> list[str]:
+    return json.loads(event.get(field) or "[]")
 
 
 def _check_pass(e: Mapping[str, Any], live: Mapping[str, Mapping[str, Any]]) -> Violation | None:
@@ -87,6 +88,8 @@ def check_history(events: Iterable[Mapping[str, Any]]) -> list[Violation]:
                     continue
                 if lease_id in _awaits(e) and _gated_cleanly(other, e):
                     continue  # order-aware: its commit waits at its gate until this lease ends
+                if lease_id in _awaits(e, "holds") and _gated_cleanly(e, other):
+                    continue  # order-aware: this lease's commit waits for the grant's to end
                 if Claim.of(other["profile"], other["operation"], other["keys"]).blocks(
                     Claim.of(e["profile"], e["operation"], mine)
                 ):

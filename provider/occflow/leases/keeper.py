@@ -45,7 +45,6 @@ class LeaseKeeper:
         self.why: str | None = None
         #: Seconds the commit was held at the lease's gate (order-aware admission).
         self.gate_seconds = 0.0
-        self._granted_here = lease.valid_until is not None
         self._guard = threading.Lock()
         self._deadline: float | None = None
         self._extend(lease)
@@ -129,15 +128,17 @@ class LeaseKeeper:
 
     def wait_gate(self, timeout: float | None = None) -> float:
         """Hold the commit until the leases it must follow have ended (order-aware admission:
-        ``LeaseStore.wait_gate``); the seconds held, 0 for a lease granted with an open gate.
+        ``LeaseStore.wait_gate``); the seconds held. Asking marks the writer as at its gate, so
+        no newcomer holds it back from then on: one round trip, made whenever the store is
+        order-aware (a newcomer may have been granted ahead of this commit since the grant).
         The lease keeps beating meanwhile; call ``ensure_live`` after it."""
-        if not self.lease.awaits and self._granted_here:
-            return 0.0  # granted in this process with an open gate (a read-back lease: ask the store)
+        if not self.store.order_aware:
+            return 0.0
         waited = self.store.wait_gate(self.lease, timeout)
         self.gate_seconds += waited
         if waited >= 0.5:
-            _log.info("%s held its commit %.1fs at its gate, behind %s", self.lease.name(), waited,
-                      ", ".join(sorted(a[:8] for a in self.lease.awaits)))
+            _log.info("%s held its commit %.1fs at its gate for the leases it had to commit after",
+                      self.lease.name(), waited)
         return waited
 
     def _check_local(self) -> None:

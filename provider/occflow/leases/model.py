@@ -155,6 +155,16 @@ class Claim:
             return False
         return profile.commit_is_clean(theirs, mine) and not profile.commit_is_clean(mine, theirs)
 
+    def may_precede(self, later: Claim) -> bool:
+        """Order-aware admission, the other way round: whether this claim (a newcomer) may run
+        beside ``later`` (a live lease that ``blocks`` it) with ``later``'s commit held until
+        this one's lease ends: one profile, and only this-then-``later`` is clean."""
+        return later.may_follow(self)
+
+    def gateable(self, other: Claim) -> bool:
+        """The pair is clean in exactly one commit order (on one profile): a gate can order it."""
+        return self.may_follow(other) or self.may_precede(other)
+
 
 @dataclass(frozen=True)
 class Holder:

@@ -73,6 +73,7 @@ def lease_rows(
         "expires_at": now + request.ttl,
         "ttl": request.ttl,
         "fence": fence,
+        "commit_gate": int(request.commit_gate),
     }
     keys = (
         [(WHOLE_TABLE, WHOLE_TABLE)]
@@ -94,6 +95,7 @@ def queue_row(request: LeaseRequest, queue_key: float, now: float) -> dict[str, 
         "operation": request.operation.value,
         "profile": request.profile.name,
         **holder_values(request.holder),
+        "commit_gate": int(request.commit_gate),
         "queue_key": queue_key,
         "enqueued_at": now,
         "seen_at": now,

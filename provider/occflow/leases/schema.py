@@ -49,6 +49,11 @@ leases = sa.Table(
     sa.Column("ttl", sa.Double, nullable=False),
     # The grant's fencing token (occflow_lease_fences); 0 on rows written before fences existed.
     sa.Column("fence", sa.BigInteger, nullable=False, server_default="0"),
+    # 1: the writer holds its commit at the lease's gate (order-aware admission may gate it).
+    sa.Column("commit_gate", sa.Integer, nullable=False, server_default="0"),
+    # When the writer first reached its gate (about to commit): from then on no newcomer may
+    # hold its commit back. NULL: still working.
+    sa.Column("gate_reached_at", sa.Double, nullable=True),
     sa.Index("ix_occflow_leases_table_expires", "table_name", "expires_at"),
     sa.Index("ix_occflow_leases_request", "request_id"),
 )
@@ -77,6 +82,7 @@ queue = sa.Table(
     sa.Column("operation", sa.String(32), nullable=False),
     sa.Column("profile", sa.String(64), nullable=False),
     *_holder_columns(),
+    sa.Column("commit_gate", sa.Integer, nullable=False, server_default="0"),
     sa.Column("queue_key", sa.Double, nullable=False),
     sa.Column("enqueued_at", sa.Double, nullable=False),
     sa.Column("seen_at", sa.Double, nullable=False),
@@ -107,8 +113,10 @@ events = sa.Table(
     sa.Column("task_id", sa.String(250), nullable=True),
     sa.Column("run_id", sa.String(250), nullable=True),
     sa.Column("try_number", sa.Integer, nullable=True),
-    # On grant events: the JSON list of leases the grant's commit waits for (order-aware admission).
+    # On grant events: the JSON list of leases the grant's commit waits for (order-aware
+    # admission), and of running leases whose commits now wait for the grant's (``holds``).
     sa.Column("awaits", sa.Text, nullable=True),
+    sa.Column("holds", sa.Text, nullable=True),
 )
 
 # Order-aware admission: a lease granted beside live leases it must commit after holds its
@@ -144,7 +152,12 @@ wakeups = sa.Table(
 #: Columns added after the first release, as ``ALTER TABLE ... ADD COLUMN`` clauses: a store
 #: created by an older occflow gains them on ``create_schema`` and keeps working.
 ADDED_COLUMNS: dict[str, dict[str, str]] = {
-    "occflow_leases": {"fence": "BIGINT NOT NULL DEFAULT 0"},
+    "occflow_leases": {
+        "fence": "BIGINT NOT NULL DEFAULT 0",
+        "commit_gate": "INTEGER NOT NULL DEFAULT 0",
+        "gate_reached_at": "DOUBLE PRECISION",
+    },
+    "occflow_lease_queue": {"commit_gate": "INTEGER NOT NULL DEFAULT 0"},
     "occflow_lease_events": {
         "fence": "BIGINT",
         "dag_id": "VARCHAR(250)",
@@ -152,6 +165,7 @@ ADDED_COLUMNS: dict[str, dict[str, str]] = {
         "run_id": "VARCHAR(250)",
         "try_number": "INTEGER",
         "awaits": "TEXT",
+        "holds": "TEXT",
     },
 }
 

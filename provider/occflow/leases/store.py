@@ -204,7 +204,8 @@ class LeaseStore:
                 (own.queue_key, own.enqueued_at, own.request_id) if own is not None
                 else (tx.now - self.priorities.head_start(request.operation), tx.now, request.request_id)
             )
-            blockers, awaits = blockers_of(request, live, waiting, place, order_aware=self.order_aware)
+            ruling = tx.without_cycles(blockers_of(request, live, waiting, place, order_aware=self.order_aware), live)
+            blockers = ruling.blockers
             blockers += [b for b in earlier_try if b.ident not in {x.ident for x in blockers}]
             if blockers:
                 tx.wait(request, place[0], queued=own is not None)
@@ -215,7 +216,7 @@ class LeaseStore:
                     tx.event("dequeue", own, request_id=own.request_id, pid=own.pid)
                     tx.freed = True
                 return Admission(None)
-            lease = tx.grant(request, queued=own is not None, sent=sent, awaits=awaits)
+            lease = tx.grant(request, queued=own is not None, sent=sent, awaits=ruling.awaits, holds=ruling.holds)
         # Committed: only now does the lease exist for the caller.
         return Admission(lease)
 

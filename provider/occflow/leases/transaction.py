@@ -30,30 +30,67 @@ HOLDER_FIELDS = ("dag_id", "task_id", "run_id", "try_number")
 Place = tuple[float, float, str]
 
 
+@dataclass
+class Ruling:
+    """What a decision found: what blocks the request, and (order-aware admission) the live
+    leases its commit must follow (``awaits``) and those whose commits must follow its own
+    (``holds``)."""
+
+    blockers: list[Blocker]
+    awaits: list[str]
+    holds: list[str]
+
+
 def blockers_of(
     request: LeaseRequest, live: Sequence[Any], waiting: Sequence[Any], place: Place, *, order_aware: bool = False
-) -> tuple[list[Blocker], list[str]]:
-    """The live leases and the waiting requests ahead of ``place`` that block ``request``, and
-    the live leases it may run beside if its commit waits for them (order-aware admission:
-    ``Claim.may_follow``; only for a request that holds its commit at the gate)."""
+) -> Ruling:
+    """The live leases and the waiting requests ahead of ``place`` that block ``request``.
+
+    Order-aware (for a request that holds its commit at the gate): a live lease it blocks in one
+    commit order only is no blocker. Where only lease-then-request is clean the request awaits
+    it (``Claim.may_follow``); where only request-then-lease is clean the lease's commit is held
+    for the request's (``Claim.may_precede``) if that writer holds its commit at the gate and
+    has not reached it yet (about to commit, or waiting there: it is never held back further).
+    A waiting request ahead blocks only a pair no gate can order (the gate orders the others
+    whenever it is granted)."""
     mine = request.claim
     gate = order_aware and request.commit_gate
-    found: list[Blocker] = []
-    awaits: list[str] = []
+    ruling = Ruling([], [], [])
     for row in live:
         claim = claim_of(row)
-        if claim.blocks(mine):
-            if gate and mine.may_follow(claim):
-                awaits.append(row.lease_id)
-            else:
-                found.append(Blocker("lease", row.lease_id, row.operation, claim.partitions, holder_of(row)))
+        if not claim.blocks(mine):
+            continue
+        if gate and mine.may_follow(claim):
+            ruling.awaits.append(row.lease_id)
+        elif gate and getattr(row, "commit_gate", 0) and row.gate_reached_at is None and mine.may_precede(claim):
+            ruling.holds.append(row.lease_id)
+        else:
+            ruling.blockers.append(Blocker("lease", row.lease_id, row.operation, claim.partitions, holder_of(row)))
     for row in waiting:
         if row.request_id == request.request_id or (row.queue_key, row.enqueued_at, row.request_id) >= place:
             continue
         claim = claim_of(row)
-        if claim.blocks(mine):
-            found.append(Blocker("waiting", row.request_id, row.operation, claim.partitions, holder_of(row)))
-    return found, awaits
+        # Granted later, it will await this request (it must then hold its commit at the gate)
+        # or hold this request's commit (which this request does).
+        orderable = mine.may_follow(claim) or (getattr(row, "commit_gate", 0) and mine.may_precede(claim))
+        if claim.blocks(mine) and not (gate and orderable):
+            ruling.blockers.append(Blocker("waiting", row.request_id, row.operation, claim.partitions, holder_of(row)))
+    return ruling
+
+
+def reaches(edges: dict[str, set[str]], starts: Sequence[str], targets: set[str]) -> bool:
+    """Whether following ``edges`` (waiter -> the leases it awaits) from ``starts`` reaches a
+    lease in ``targets``."""
+    seen, stack = set(starts), list(starts)
+    while stack:
+        node = stack.pop()
+        if node in targets:
+            return True
+        for nxt in edges.get(node, ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return False
 
 
 @dataclass
@@ -220,29 +257,59 @@ class TableTransaction:
             self.conn.execute(F.insert().values(table_name=self.table, last_fence=fence))
         return int(fence)
 
-    def grant(self, request: LeaseRequest, *, queued: bool, sent: float, awaits: Sequence[str] = ()) -> Lease:
-        """Write the lease (and leave the queue), and its gate: the leases its commit waits
-        for. It exists once the transaction commits."""
+    def grant(
+        self, request: LeaseRequest, *, queued: bool, sent: float, awaits: Sequence[str] = (), holds: Sequence[str] = ()
+    ) -> Lease:
+        """Write the lease (and leave the queue), and the gates: the leases its commit waits
+        for, and the leases whose commits now wait for it. It exists once the transaction
+        commits."""
         L, K, Q = schema.leases, schema.lease_keys, schema.queue
         lease_id = uuid.uuid4().hex
         fence = self.next_fence()
         lease_row, key_rows = lease_rows(request, lease_id, self.now, fence)
         self.conn.execute(L.insert().values(**lease_row))
         self.conn.execute(K.insert(), key_rows)
-        if awaits:
+        edges = [(lease_id, other) for other in sorted(awaits)] + [(other, lease_id) for other in sorted(holds)]
+        if edges:
             self.conn.execute(schema.gates.insert(), [
-                {"lease_id": lease_id, "awaits_lease_id": other, "table_name": self.table} for other in sorted(awaits)
+                {"lease_id": waiter, "awaits_lease_id": awaited, "table_name": self.table} for waiter, awaited in edges
             ])
         if queued:
             self.conn.execute(Q.delete().where(Q.c.request_id == request.request_id))
         self.request_event("grant", request, lease_id=lease_id, expires_at=self.now + request.ttl, fence=fence,
-                           awaits=json.dumps(sorted(awaits)) if awaits else None)
+                           awaits=json.dumps(sorted(awaits)) if awaits else None,
+                           holds=json.dumps(sorted(holds)) if holds else None)
         return granted_lease(request, lease_id, self.now, fence, sent, frozenset(awaits))
 
+    def gate_edges(self) -> dict[str, set[str]]:
+        """The table's gates: waiter -> the leases it awaits."""
+        G = schema.gates
+        edges: dict[str, set[str]] = {}
+        for waiter, awaited in self.conn.execute(
+            sa.select(G.c.lease_id, G.c.awaits_lease_id).where(G.c.table_name == self.table)
+        ):
+            edges.setdefault(waiter, set()).add(awaited)
+        return edges
+
+    def without_cycles(self, ruling: Ruling, live: Sequence[Any]) -> Ruling:
+        """``ruling``, unless holding its ``holds`` would close a cycle of commits waiting for
+        each other (a lease it awaits already waits, through others, for one it would hold):
+        then those block instead. Gates then stay acyclic, so some writer always commits."""
+        if not (ruling.awaits and ruling.holds) or not reaches(self.gate_edges(), ruling.awaits, set(ruling.holds)):
+            return ruling
+        held = set(ruling.holds)
+        blockers = [Blocker("lease", r.lease_id, r.operation, claim_of(r).partitions, holder_of(r))
+                    for r in live if r.lease_id in held]
+        return Ruling(ruling.blockers + blockers, ruling.awaits, [])
+
     def pass_gate(self, lease_id: str) -> list[Any]:
-        """The live leases ``lease_id``'s commit still waits for; none: its gate opens for good
-        (its rows go, and the history records ``pass``)."""
+        """The live leases ``lease_id``'s commit still waits for. The first call marks the
+        writer as at its gate (no newcomer may hold it back from then on); none left: its gate
+        opens for good (its rows go, and the history records ``pass``)."""
         G, L = schema.gates, schema.leases
+        self.conn.execute(
+            L.update().where(L.c.lease_id == lease_id, L.c.gate_reached_at.is_(None)).values(gate_reached_at=self.now)
+        )
         awaited = list(self.conn.execute(sa.select(G.c.awaits_lease_id).where(G.c.lease_id == lease_id)).scalars())
         if not awaited:
             return []
