@@ -66,6 +66,21 @@ def test_a_declaration_that_disagrees_with_its_sql_fails_the_dag_import(job, dec
         spark_write(job, **declared)
 
 
+def test_a_partition_hint_derives_a_sql_jobs_partitions_at_parse_time() -> None:
+    """Issue 26: ``partition_columns`` (or ``create_if_missing``'s ``partition_by``) lets the
+    DAG parse know a SQL-only write's partitions; without it they are the whole table."""
+    sql = "MERGE INTO lake.db.events t USING s ON t.id = s.id AND t.ds = 'a' WHEN MATCHED THEN DELETE"
+    assert spark_write(sql).occflow_write.partitions is None
+    assert spark_write(sql, partition_columns=["ds"]).occflow_write.partition_keys() == frozenset({"ds=a"})
+    created = spark_write(sql, create_if_missing=True, schema={"id": "bigint", "ds": "string"}, partition_by=["ds"])
+    assert created.occflow_write.partition_keys() == frozenset({"ds=a"})
+    # A hint never narrows what the SQL may touch: a MERGE that reads any day stays whole-table.
+    wide = "MERGE INTO lake.db.events t USING s ON t.id = s.id WHEN MATCHED THEN DELETE"
+    assert spark_write(wide, partition_columns=["ds"]).occflow_write.partitions is None
+    with pytest.raises(InvalidDeclarationError, match="partition_columns must be a list of column names"):
+        spark_write(sql, partition_columns="ds")
+
+
 # ------------------------------------------------------------------------------- delta-rs, real table
 
 
@@ -137,13 +152,17 @@ with DAG("derived_sql", schedule=None, start_date=pendulum.datetime(2024, 1, 1),
         partitions={"ds": "{{ params.ds }}"},
         job="DELETE FROM lake.db.derived_events WHERE ds = '{{ params.other }}'",
     )
+    wrong_hint = SparkWriteOperator(
+        task_id="wrong_hint", table="db.derived_events", table_format="iceberg",
+        partition_columns=["region"], job="DELETE FROM lake.db.derived_events WHERE ds = '2024-01-02'",
+    )
 
     @task(trigger_rule="all_done")
     def table_content():
         spark = spark_engine(OccflowSparkHook().session_config()).session()
         return sorted([r["id"], r["ds"], r["v"]] for r in spark.sql(f"SELECT * FROM {T}").collect())
 
-    create_table() >> delete_day >> merge_day >> [wrong_profile, wrong_partition] >> table_content()
+    create_table() >> delete_day >> merge_day >> [wrong_profile, wrong_partition, wrong_hint] >> table_content()
 '''
 
 
@@ -159,6 +178,6 @@ def test_a_sql_job_runs_on_the_declaration_its_sql_and_table_give(run_dag) -> No
     assert (merge["operation"], merge["partitions"], merge["profile"]) == ("merge", [{"ds": "2024-01-01"}], "iceberg-snapshot")
     # A declared profile the table contradicts, and declared partitions the rendered SQL leaves:
     # each task fails once, before it writes.
-    for refused in ("wrong_profile", "wrong_partition"):
+    for refused in ("wrong_profile", "wrong_partition", "wrong_hint"):
         assert run.task(refused).state == "failed" and len(run.task(refused).tries) == 1
     assert run.task("table_content").xcom["return_value"] == [[2, "2024-01-01", 7], [3, "2024-01-02", 0]]

@@ -162,3 +162,25 @@ with DAG(dag_id="lint_loop", schedule=None, start_date=pendulum.datetime(2024, 1
     main(["lint", str(folder), "--min-severity", "info"])
     heads = [line for line in capsys.readouterr().out.splitlines() if re.search(r"\((error|warning|info)\): ", line)]
     assert heads and all(re.match(r"\S+\.py:\d+: ", line) for line in heads), heads
+
+
+def test_sql_only_merges_with_a_partition_hint_are_their_regions_at_parse_time(capsys, tmp_path):
+    """Issue 26: four region MERGEs given only as SQL ran side by side without conflict but were
+    the whole table at parse time (10 false findings). With ``partition_columns`` the derivation
+    runs at parse time: no finding; two MERGEs of one region are found."""
+    folder = folder_of(tmp_path, "region_merges")
+    code, doc = lint_json(capsys, folder)
+    assert code == 0 and doc["findings"] == [], doc["findings"]
+    assert doc["summary"]["declared_writes"] == 4
+
+    same = folder_of(tmp_path / "same", "region_merges",
+                     region_merges=('("eu", "us", "ap", "la")', '("eu", "us", "eu", "la")'))
+    code, doc = lint_json(capsys, same)
+    found = [f for f in doc["findings"] if f["severity"] != "info"]
+    assert code == 1 and len(found) == 1, doc["findings"]
+    assert all(t.endswith("_eu") for t in found[0]["tasks"]), found
+
+    blind = folder_of(tmp_path / "blind", "region_merges",
+                      region_merges=('{"partition_columns": ["region"]}', "{}"))
+    code, doc = lint_json(capsys, blind)
+    assert code == 1 and len([f for f in doc["findings"] if f["severity"] != "info"]) == 6  # whole table

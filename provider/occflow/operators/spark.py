@@ -94,6 +94,12 @@ class SparkWriteOperator(OccflowWriteOperator):
         connection's table format, its database / namespace too), with ``schema`` ``{column:
         Spark SQL type}`` and ``partition_by`` (default: the declared partition columns). Every
         name is quoted and every type checked against Spark's type names: nothing else reaches SQL.
+    :param partition_columns: the table's partition columns, as a hint for DAG parse time: a SQL
+        job that leaves ``partitions`` out (and holds no template) is then derived to its
+        partitions when the DAG is parsed, so ``occflow lint`` and ``pools plan`` see them
+        (``partition_by`` of ``create_if_missing`` is the same hint). At run time the partitions
+        are derived again from the table's real columns, and a hint that names other columns
+        than the table's fails the task.
     """
 
     template_fields: Sequence[str] = ("partitions", "sql", "job_params")
@@ -110,6 +116,7 @@ class SparkWriteOperator(OccflowWriteOperator):
         create_if_missing: bool = False,
         schema: Mapping[str, str] | None = None,
         partition_by: Sequence[str] | None = None,
+        partition_columns: Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
         sql = sql_of(job)
@@ -148,6 +155,12 @@ class SparkWriteOperator(OccflowWriteOperator):
             checked_sql(self.sql, self.occflow_write, sql_catalog, self.task_id)  # a DAG import error
         elif self.sql is not None and not derives["operation"]:
             check_templated_operation(self.sql, self.occflow_write, self.task_id)
+        self.partition_columns = _hinted_columns(partition_columns, self.partition_by, self.task_id)
+        if self.partition_columns and derives["partitions"] and self.sql is not None and not templated(self.sql):
+            # Parse time: the partitions the SQL names under the hinted columns (never narrower
+            # than the engine's reading: no engine named, the widest rule applies).
+            derived = derive_write(self.sql, list(self.partition_columns))
+            self.occflow_write = replace(self.occflow_write, partitions=derived.partitions)
 
     def declare(self) -> WriteDeclaration:
         declaration = declare_spark_write(super().declare(), self.session_config(), self.sql, self.task_id)
@@ -166,6 +179,13 @@ class SparkWriteOperator(OccflowWriteOperator):
         the table's real partition columns (or checked against the declared ones), and the
         profile the table's facts say (a declared one they contradict is refused)."""
         facts = self._target(declaration).table_facts(declaration.table_key)
+        if facts is not None and self.partition_columns and (
+            sorted(c.lower() for c in self.partition_columns) != sorted(c.lower() for c in facts.partition_columns)
+        ):
+            raise InvalidDeclarationError(
+                f"partition_columns={list(self.partition_columns)} but {facts.table} is partitioned by "
+                f"{list(facts.partition_columns) or 'nothing'}: fix the hint (lint read the DAG with it)"
+            )
         derived = derive_write(
             self.sql or "", None if facts is None else facts.partition_columns, None if facts is None else facts.engine
         )
@@ -255,3 +275,18 @@ def partition_params(declaration: WriteDeclaration) -> dict[str, str]:
     if not declaration.partitions or len(declaration.partitions) != 1:
         return {}
     return {str(k): str(v) for k, v in declaration.partitions[0].items()}
+
+
+def _hinted_columns(
+    partition_columns: Sequence[str] | None, partition_by: tuple[str, ...] | None, task_id: str
+) -> tuple[str, ...] | None:
+    """The partition columns a DAG says at parse time: ``partition_columns``, else
+    ``create_if_missing``'s ``partition_by``; each a plain column name."""
+    hint = partition_columns if partition_columns is not None else partition_by
+    if hint is None:
+        return None
+    if isinstance(hint, str) or not all(isinstance(c, str) and c.isidentifier() for c in hint):
+        raise InvalidDeclarationError(
+            f"{task_id}: partition_columns must be a list of column names, got {hint!r}"
+        )
+    return tuple(hint)
