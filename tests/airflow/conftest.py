@@ -229,6 +229,25 @@ def load_dag(dag_file: Path, dag_id: str | None = None) -> Any:
     return bag.dags[dag_id]
 
 
+@pytest.fixture(scope="session")
+def stored_xcom() -> Callable[[str, str, str, str], Any]:
+    """Read one XCom value of a finished run from Airflow's metadata DB (as the UI reads it)."""
+
+    def read(dag_id: str, run_id: str, task_id: str, key: str) -> Any:
+        from airflow.models.xcom import XComModel
+        from airflow.utils.session import create_session
+        from sqlalchemy import select
+
+        with create_session() as session:
+            stored = session.scalars(
+                select(XComModel).where(XComModel.dag_id == dag_id, XComModel.run_id == run_id,
+                                        XComModel.task_id == task_id, XComModel.key == key)
+            ).one()
+            return XComModel.deserialize_value(stored)
+
+    return read
+
+
 @pytest.fixture
 def run_dag(dag_folder: Path) -> Callable[..., DagTestRun]:
     """Write a DAG file into the DAG folder, run ``dag.test()`` on it, return what happened."""

@@ -40,7 +40,7 @@ with DAG("{dag_id}", schedule=None, start_date=pendulum.datetime(2024, 1, 1)):
 
 
 @pytest.fixture(scope="module")
-def admitted(tmp_path_factory, airflow_home):
+def admitted(tmp_path_factory, airflow_home, stored_xcom):
     from airflow.dag_processing.dagbag import DagBag
 
     from occflow.engines.deltars import DeltaRsTable
@@ -59,16 +59,7 @@ def admitted(tmp_path_factory, airflow_home):
     assert not bag.import_errors, bag.import_errors
     run = bag.dags[DAG_ID].test()
     assert str(getattr(run.state, "value", run.state)) == "success"
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        stored = session.scalars(
-            select(XComModel).where(XComModel.dag_id == DAG_ID, XComModel.run_id == run.run_id,
-                                    XComModel.task_id == "append", XComModel.key == "occflow_report")
-        ).one()
-        report = XComModel.deserialize_value(stored)
+    report = stored_xcom(DAG_ID, run.run_id, "append", "occflow_report")
     store = LeaseStore.from_url(store_url)
     yield {"report": report, "store": store, "called_at": json.loads((tmp / "note.json").read_text())["called_at"],
            "run_id": run.run_id}

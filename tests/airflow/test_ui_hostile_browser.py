@@ -38,7 +38,15 @@ import time
 from pathlib import Path
 
 import pytest
-from test_ui_plugin_browser import CHROMEDRIVER, CHROMIUM, Api, _load_run_examples, _login, _wait
+from test_ui_plugin_browser import (
+    CHROMEDRIVER,
+    CHROMIUM,
+    Api,
+    _load_run_examples,
+    _login,
+    _wait,
+    headless_chromium,
+)
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
@@ -323,15 +331,7 @@ def hostile(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser(hostile):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1600,1000"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(120)
+    driver = headless_chromium()
     # Before any page script: a dialog a payload opens sets the hook instead of blocking.
     trap = f"window.alert = window.confirm = window.prompt = function (m) {{ {HOOK} = 'dialog: ' + m; }};"
     driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": trap})

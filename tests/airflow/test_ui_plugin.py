@@ -54,7 +54,7 @@ with DAG("{dag_id}", schedule=None, start_date=pendulum.datetime(2024, 1, 1)):
 
 
 @pytest.fixture(scope="module")
-def raced(tmp_path_factory, airflow_home):
+def raced(tmp_path_factory, airflow_home, stored_xcom):
     """One real run (module-wide: it is the slow part), its store and its report."""
     tmp = tmp_path_factory.mktemp("ui")
     store_url = f"sqlite:///{tmp / 'leases.db'}"
@@ -70,16 +70,7 @@ def raced(tmp_path_factory, airflow_home):
     dag = bag.dags[DAG_ID]
     run = dag.test()
     assert str(getattr(run.state, "value", run.state)) == "success"
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        stored = session.scalars(
-            select(XComModel).where(XComModel.dag_id == DAG_ID, XComModel.run_id == run.run_id,
-                                    XComModel.task_id == "merge", XComModel.key == "return_value")
-        ).one()
-        report = XComModel.deserialize_value(stored)
+    report = stored_xcom(DAG_ID, run.run_id, "merge", "return_value")
     store = LeaseStore.from_url(store_url)
     yield {"run_id": run.run_id, "report": report, "store": store, "url": store_url, "path": str(tmp / "events")}
     store.dispose()

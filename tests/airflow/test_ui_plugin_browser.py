@@ -343,8 +343,8 @@ def scene(tmp_path_factory):
         airflow.stop()
 
 
-@pytest.fixture(scope="module")
-def browser(scene):
+def headless_chromium() -> webdriver.Chrome:  # noqa: F821 - selenium is imported on use
+    """Debian's chromium, headless, driven by its chromedriver (no browser download)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -354,6 +354,12 @@ def browser(scene):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(120)
+    return driver
+
+
+@pytest.fixture(scope="module")
+def browser(scene):
+    driver = headless_chromium()
     yield driver
     driver.quit()
 
