@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from .declaration import WriteDeclaration
 from .errors import InvalidDeclarationError
 from .identifiers import table_parts
+from .profiles import get_profile
 from .sqlderive import check_derived_against, derive_sql_write
 from .sqlread import DIALECT, SqlWrite, job_text, read_sql_write, shorten, split_statements
 
@@ -84,11 +85,7 @@ def _engine_of(declaration: WriteDeclaration) -> str | None:
     """The engine a declaration's profiles name (how it finds the files an UPDATE or DELETE
     rewrites: ``core.sqlfilefinding``); ``None`` (the widest reading) for a Delta profile that
     may run on delta-rs or on Spark."""
-    profile = declaration.engine_profile or declaration.profile.name
-    if profile == "delta-rs":
+    profile = get_profile(declaration.engine_profile or declaration.profile)
+    if profile.name == "delta-rs":
         return "delta-rs"
-    if profile.startswith("iceberg"):
-        return "spark-iceberg"
-    if profile.startswith("maxcompute"):
-        return "maxcompute"
-    return None
+    return {"iceberg": "spark-iceberg", "maxcompute": "maxcompute"}.get(profile.table_format)

@@ -161,9 +161,6 @@ class Claim:
         this one's lease ends: one profile, and only this-then-``later`` is clean."""
         return later.may_follow(self)
 
-    def gateable(self, other: Claim) -> bool:
-        """The pair is clean in exactly one commit order (on one profile): a gate can order it."""
-        return self.may_follow(other) or self.may_precede(other)
 
 
 @dataclass(frozen=True)

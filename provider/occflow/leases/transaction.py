@@ -62,7 +62,7 @@ def blockers_of(
             continue
         if gate and mine.may_follow(claim):
             ruling.awaits.append(row.lease_id)
-        elif gate and getattr(row, "commit_gate", 0) and row.gate_reached_at is None and mine.may_precede(claim):
+        elif gate and row.commit_gate and row.gate_reached_at is None and mine.may_precede(claim):
             ruling.holds.append(row.lease_id)
         else:
             ruling.blockers.append(Blocker("lease", row.lease_id, row.operation, claim.partitions, holder_of(row)))
@@ -72,7 +72,7 @@ def blockers_of(
         claim = claim_of(row)
         # Granted later, it will await this request (it must then hold its commit at the gate)
         # or hold this request's commit (which this request does).
-        orderable = mine.may_follow(claim) or (getattr(row, "commit_gate", 0) and mine.may_precede(claim))
+        orderable = mine.may_follow(claim) or (row.commit_gate and mine.may_precede(claim))
         if claim.blocks(mine) and not (gate and orderable):
             ruling.blockers.append(Blocker("waiting", row.request_id, row.operation, claim.partitions, holder_of(row)))
     return ruling

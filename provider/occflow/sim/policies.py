@@ -57,15 +57,10 @@ def _conflicting(profile: Profile) -> Mapping[Operation, frozenset[Operation]]:
 _CONFLICTING: dict[str, Mapping[Operation, frozenset[Operation]]] = {}
 
 
-def _clean(profile: Profile, earlier: Operation, later: Operation) -> bool:
-    """The later of two overlapping jobs commits and the data is right (the cell, read directly)."""
-    return profile.commit_is_clean(earlier, later)
-
-
 @dataclass(frozen=True)
 class CommitOrder:
     """What order-aware admission reads from a matrix, for a newcomer's operation ``n`` and a
-    running operation ``h`` on an overlapping footprint (``_clean``: that commit order commits
+    running operation ``h`` on an overlapping footprint (``Profile.commit_is_clean``: that commit order commits
     both, and the data is right):
 
     - ``exclusive[n]``: neither order is clean: they never run together;
@@ -85,7 +80,7 @@ def commit_order(profile: Profile) -> CommitOrder:
     found = _ORDER.get(profile.name)
     if found is None:
         ops = profile.operations
-        clean = {(a, b): _clean(profile, a, b) for a in ops for b in ops}
+        clean = {(a, b): profile.commit_is_clean(a, b) for a in ops for b in ops}
         found = _ORDER[profile.name] = CommitOrder(
             exclusive={n: frozenset(h for h in ops if not clean[h, n] and not clean[n, h]) for n in ops},
             after={n: frozenset(h for h in ops if clean[h, n] and not clean[n, h]) for n in ops},
