@@ -86,6 +86,8 @@ def run_one(airflow: run_examples.Airflow, urls: dict[str, str], shape: str, sto
         "hold_s_median": round(statistics.median(held), 3) if held else None,
         "hold_s_max": round(max(held), 3) if held else None,
         "load_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        # Per write task: seconds from its (last) try's start to its end, as Airflow recorded them.
+        "task_s": {t["task"]: round(t["end"] - t["start"], 2) for t in tasks if t.get("start") and t.get("end")},
     }
     print(f"  r{repeat} {shape:<9} {store:<10} {mode:<8} {state:<8} {seconds:6.1f}s  conflicts {result['conflicts']:>2}"
           f"  wasted {result['wasted_s']:6.1f}s  hold median/max {result['hold_s_median']}/{result['hold_s_max']}"

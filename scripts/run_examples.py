@@ -280,6 +280,9 @@ def task_results(dag_id: str, run_id: str) -> list[dict[str, Any]]:
                     "state": str(getattr(ti.state, "value", ti.state)),
                     "tries": ti.try_number,
                     "reschedules": int(reschedules or 0),
+                    "start": ti.start_date.timestamp() if ti.start_date else None,
+                    "end": ti.end_date.timestamp() if ti.end_date else None,
+                    "queued": ti.queued_dttm.timestamp() if ti.queued_dttm else None,
                     "value": None if xcom is None else XComModel.deserialize_value(xcom),
                 }
             )

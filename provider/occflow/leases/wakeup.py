@@ -9,8 +9,10 @@ a cancelled, dropped or lapsed queue place) announces the table in the same tran
 - on SQLite (no NOTIFY) by bumping the table's counter in ``occflow_lease_wakeups``.
 
 Per process and store, one ``WakeupHub`` thread watches for them: a dedicated connection that
-``LISTEN``s (PostgreSQL), or a backoff poll of the counters (SQLite: 0.05 s doubling to 0.5 s,
-back to 0.05 s after any change seen). A waiter ``watch``es its table, clears the watch, asks
+``LISTEN``s (PostgreSQL), or a poll of the counters (SQLite: every 0.05 s while a waiter
+watches, so a release wakes it within about 0.05 s; backing off to 0.5 s while the hub lingers
+with no watch). A poll is one SELECT of a few rows: about 20 a second, a fraction of a
+millisecond each, only while a write waits. A waiter ``watch``es its table, clears the watch, asks
 the store, and if not admitted waits on the watch with a timeout: the timeout is the safety
 poll that covers a lost notification (a listener reconnecting also wakes everybody).
 """
@@ -36,7 +38,8 @@ _log = logging.getLogger(__name__)
 
 #: The PostgreSQL channel; the payload is the table whose footprint was freed.
 CHANNEL = "occflow_lease_freed"
-#: SQLite's poll of the wake-up counters: first interval, and the most it backs off to.
+#: SQLite's poll of the wake-up counters: its interval while any waiter watches, and the most it
+#: backs off to while the hub lingers without one.
 SQLITE_POLL_MIN = 0.05
 SQLITE_POLL_MAX = 0.5
 #: Seconds a new watcher waits for the hub's connection to be listening before it goes on
@@ -244,7 +247,9 @@ class WakeupHub:
                 seen = now
                 for table in changed:
                     self.fire(table)
-                interval = SQLITE_POLL_MIN if changed else min(interval * 2, SQLITE_POLL_MAX)
+                # A waiting write pays the poll interval on each hand-off: keep it short while
+                # anyone waits (sub-second commits), back off only while nobody does.
+                interval = SQLITE_POLL_MIN if changed or idle is None else min(interval * 2, SQLITE_POLL_MAX)
         finally:
             connection.close()
 
