@@ -33,13 +33,21 @@ treated as failing in both: what an admission that asks "do they conflict in eit
 reach at best. The share of occflow's gap that order-blindness explains is
 (order-blind optimum - optimum) / (occflow - optimum), summed over the instances.
 
-Run: ``.venv/bin/python bench/sim_exact.py [--instances 1500] [--seed 25] [--check]``.
+**Ablation** (``--ablation``): occflow with each of its two choices that trade the worst case
+for the average turned off, at the in-worker latency, over the same instances, each against the
+optimum and against partition-lock: ``commit_ahead`` (a newcomer that must commit first joins a
+running job and holds that job's commit until its own lease ends) and ``maintenance_last``
+(compactions are looked at after waiting data writes, with their age limit). Both are fields of
+``occflow.sim.policies.MatrixAdmission``; the store applies the same rules.
+
+Run: ``.venv/bin/python bench/sim_exact.py [--instances 1500] [--seed 25] [--check] [--ablation]``.
 Writes bench/results/sim_exact.json and prints the summary (the seed is printed first).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -55,7 +63,7 @@ from typing import Any
 from occflow.core.operations import Operation
 from occflow.core.profiles import PROFILES, Effect, Profile, get_profile
 from occflow.sim import Run, parse_workload, simulate
-from occflow.sim.policies import build_policy
+from occflow.sim.policies import MatrixAdmission, build_policy
 from occflow.sim.workload import Workload
 
 HERE = Path(__file__).resolve().parent
@@ -289,6 +297,40 @@ def measure(seed: int, count: int, check: bool) -> dict[str, Any]:
     return {"rows": rows, "problems": problems}
 
 
+#: name -> MatrixAdmission fields: occflow and its ablations (``--ablation``).
+VARIANTS: dict[str, dict[str, bool]] = {
+    "occflow": {},
+    "no commit-ahead": {"commit_ahead": False},
+    "maintenance not last": {"maintenance_last": False},
+    "neither": {"commit_ahead": False, "maintenance_last": False},
+}
+
+
+def ablation(seed: int, count: int, latency: float = LATENCIES[0]) -> dict[str, Any]:
+    """Each variant over optimum and over partition-lock on instances 0..count-1 of ``seed``."""
+    over: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    over_lock: dict[str, list[float]] = {name: [] for name in VARIANTS}
+    for index in range(count):
+        inst = instance(seed, index)
+        best = optimum(inst) * UNIT
+        workload = inst.workload(latency)
+        lock = simulate(workload, build_policy("partition-lock", workload), record=False).metrics.makespan
+        for name, fields in VARIANTS.items():
+            policy = build_policy("occflow", workload)
+            policy = dataclasses.replace(policy, admission=MatrixAdmission(**fields))
+            run = simulate(workload, policy, record=False)
+            if run.metrics.dropped:
+                raise SystemExit(f"instance {index}: {name} did not commit every job")
+            over[name].append(run.metrics.makespan / best)
+            over_lock[name].append(run.metrics.makespan / lock)
+    return {
+        name: {"over_optimum": spread(over[name]),
+               "slower_than_partition_lock": sum(r > 1 + 1e-9 for r in over_lock[name]),
+               "slower_than_partition_lock_worst": round(max(over_lock[name]), 4)}
+        for name in VARIANTS
+    }
+
+
 def summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "order_blind_optimum_over_optimum": spread([r["order_blind_optimum"] / r["optimum"] for r in rows]),
@@ -313,6 +355,8 @@ def main() -> None:
     parser.add_argument("--instances", type=int, default=1500)
     parser.add_argument("--seed", type=int, default=25)
     parser.add_argument("--check", action="store_true", help="stop at the first schedule that loses work; exit 1")
+    parser.add_argument("--ablation", action="store_true",
+                        help="also run occflow with commit_ahead / maintenance_last turned off (0.1 s latency)")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "sim_exact.json")
     args = parser.parse_args()
     print(f"seed {args.seed}, {args.instances} instances", flush=True)
@@ -321,7 +365,8 @@ def main() -> None:
     rows, problems = result["rows"], result["problems"]
     report = {
         "benchmark": "simulator policies against an exact optimum on tiny random instances",
-        "command": f"python bench/sim_exact.py --instances {args.instances} --seed {args.seed}",
+        "command": f"python bench/sim_exact.py --instances {args.instances} --seed {args.seed}"
+                   + (" --ablation" if args.ablation else ""),
         "seed": args.seed,
         "instances": len(rows),
         "unit_seconds": UNIT,
@@ -334,9 +379,14 @@ def main() -> None:
         "schedules_losing_work": problems,
         "rows": rows,
     }
+    if args.ablation:
+        report["ablation"] = ablation(args.seed, len(rows))
+        report["wall_seconds"] = round(time.perf_counter() - started, 1)
     args.out.parent.mkdir(exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report["summary"], indent=2))
+    if args.ablation:
+        print("ablation at latency 0.1 s:", json.dumps(report["ablation"], indent=2))
     print(f"schedules losing work: {len(problems)}")
     for p in problems[:10]:
         print("  " + p)

@@ -180,6 +180,9 @@ class FootprintIndex:
 
 class Admission:
     name = "none"
+    #: Order-aware only: whether a newcomer that must commit first may join a running job, whose
+    #: commit is then held until the newcomer's lease ends (``Claim.may_precede`` in the store).
+    commit_ahead = False
     #: Whether ``admits`` looks at the two ``FootprintIndex``es (else the simulator need not fill them).
     reads_footprints: ClassVar[bool] = True
 
@@ -285,6 +288,10 @@ class MatrixAdmission(Admission):
     #: (``CommitOrder``); False: it joins only jobs that fail in neither order (order-blind).
     order_aware: bool = True
     maintenance_age: AgeLimit | None = field(default_factory=AgeLimit)
+    #: Ablations (``bench/sim_exact.py --ablation``), both on in occflow: a newcomer may commit
+    #: ahead of a running job, holding that job's commit; maintenance is looked at after data writes.
+    commit_ahead: bool = True
+    maintenance_last: bool = True
 
     def admits(self, job: Job, running: FootprintIndex, per_table: Mapping[str, int], blocked: FootprintIndex) -> bool:
         if not self.order_aware:
@@ -292,10 +299,10 @@ class MatrixAdmission(Admission):
         return not running.conflicts(job, "exclusive") and not blocked.conflicts(job, "exclusive")
 
     def priority(self, job: Job) -> int:
-        return MAINTENANCE if job.operation.is_compaction else DATA_WRITE
+        return MAINTENANCE if self.maintenance_last and job.operation.is_compaction else DATA_WRITE
 
     def age_limit(self, job: Job) -> float | None:
-        if self.maintenance_age is None or not job.operation.is_compaction:
+        if self.maintenance_age is None or not self.maintenance_last or not job.operation.is_compaction:
             return None
         return self.maintenance_age.limit(job.duration)
 

@@ -133,6 +133,7 @@ class _Simulation:
         self.live: dict[int, _Live] = {}
         # Order-aware admission: the jobs holding a lease per table, and who waits for whom.
         self.holds_commits = policy.admission.holds_commits
+        self.commit_ahead = self.holds_commits and policy.admission.commit_ahead
         self.leases: dict[str, dict[int, None]] = {t: {} for t in self.profiles}
         self.waiters: dict[int, list[int]] = {}
         self.ready_at: dict[int, float] = {}  # maintenance with an age limit: when it became ready
@@ -296,7 +297,7 @@ class _Simulation:
             if (op in after or op in before) and overlap(mine, live[other].footprint):
                 if op in after:
                     first.append(other)
-                elif live[other].computed >= 0:
+                elif live[other].computed >= 0 or not self.commit_ahead:
                     return None
                 else:
                     then.append(other)
