@@ -27,6 +27,20 @@ HISTORY_ENV = "OCCFLOW_LEASE_HISTORY"
 HEAD_START_ENV = "OCCFLOW_LEASE_DATA_WRITE_HEAD_START"
 #: "0" / "false" turns order-aware admission off (every blocking pair waits, in either order).
 ORDER_AWARE_ENV = "OCCFLOW_ORDER_AWARE_ADMISSION"
+#: "off" turns admission off in every occflow operator of the process (racing; conflicts are
+#: retried by the policy), except for writes that can corrupt data beside a concurrent one.
+ADMISSION_ENV = "OCCFLOW_ADMISSION"
+_ON, _OFF = ("", "1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def admission_switched_off(env: Mapping[str, str] | None = None) -> bool:
+    """Whether ``OCCFLOW_ADMISSION`` turns admission off; a value that is neither on nor off is
+    an error (``ValueError``) naming the variable, not silently taken for either."""
+    env = os.environ if env is None else env
+    value = env.get(ADMISSION_ENV, "").strip().lower()
+    if value not in _ON + _OFF:
+        raise ValueError(f"{ADMISSION_ENV}={env.get(ADMISSION_ENV)!r} must be on or off")
+    return value in _OFF
 
 # Airflow connection URIs use conn types as schemes; SQLAlchemy wants dialect+driver.
 _SCHEMES = {

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from airflow.sdk.exceptions import AirflowException, TaskDeferred
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 
 from ..core.declaration import WriteDeclaration
 from ..leases import (
@@ -33,6 +33,7 @@ from ..leases import (
     NotAdmittedError,
     TaskAdmission,
 )
+from ..leases.config import ADMISSION_ENV, admission_switched_off
 from ..triggers.lease import LeaseAdmissionTrigger
 
 #: Seconds a write that is not admitted at once waits in its worker for a lease before it
@@ -93,11 +94,32 @@ def admit(
 ) -> Lease | None:
     """The lease now (or within ``wait_seconds``, waiting in the worker), else defer the task on
     ``LeaseAdmissionTrigger`` (``defer`` never returns then)."""
-    if not settings.enabled:
+    if not settings.enabled or not _admission_wanted(declaration, log):
         return None
     # The flow holds the commit at the lease's gate (exactly_once.BeforeCommit): it may be gated.
     request = settings.admission.request(declaration, context, commit_gate=True)
     return _lease_or_defer(settings, request, log, defer)
+
+
+def _admission_wanted(declaration: WriteDeclaration, log: logging.Logger) -> bool:
+    """``OCCFLOW_ADMISSION=off`` (the deployment's switch, e.g. to measure racing against
+    admission on the same DAGs) turns admission off, except for a write that can corrupt data
+    beside a concurrent one on its engine: that one keeps its lease, and says so."""
+    try:
+        off = admission_switched_off()
+    except ValueError as exc:
+        raise AirflowFailException(f"{exc}; nothing was written") from exc
+    if not off:
+        return True
+    cells = declaration.corrupting_cells()
+    if not cells:
+        log.info("admission is off (%s=off): racing; a conflict is retried by the policy", ADMISSION_ENV)
+        return False
+    pairs = ", ".join(f"{c.earlier.value} then {c.later.value}" for c in cells)
+    log.warning("%s=off, but %s on %s can corrupt data beside a concurrent write on %s (%s): it keeps "
+                "its lease", ADMISSION_ENV, declaration.operation.value, declaration.table,
+                declaration.engine_matrix.name, pairs)
+    return True
 
 
 def lease_from_event(
