@@ -17,6 +17,7 @@ if every DAG run succeeded and every verification task passed.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import secrets
 import signal
@@ -147,6 +148,18 @@ def trigger(dag_id: str) -> str:
         session.execute(update(DagModel).where(DagModel.dag_id == dag_id).values(is_paused=False))
     trigger_dag(dag_id, run_id=run_id, triggered_by=DagRunTriggeredByType.CLI)
     return run_id
+
+
+def run_times(dag_id: str, run_id: str) -> dict[str, float | None]:
+    """The DAG run's start and end (epoch seconds) as Airflow's metadata records them."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        run = session.scalars(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id)).first()
+        return {"start": run.start_date.timestamp() if run and run.start_date else None,
+                "end": run.end_date.timestamp() if run and run.end_date else None}
 
 
 def run_dag(airflow: Airflow, dag_id: str, timeout: float) -> tuple[str, str, float]:
@@ -322,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--home", help="AIRFLOW_HOME to use (default: a new temp dir, kept)")
     parser.add_argument("--parallelism", type=int, default=4, help="LocalExecutor slots (default 4)")
     parser.add_argument("--timeout", type=float, default=1200, help="seconds for all DAG runs")
+    parser.add_argument("--json", help="also write what happened to this file (bench/examples_bench.py reads it)")
     args = parser.parse_args(argv)
     dag_ids = [d.strip() for d in args.dags.split(",") if d.strip()]
     unknown = sorted(set(dag_ids) - set(EXAMPLES))
@@ -348,11 +362,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"triggering {', '.join(dag_ids)}; progress (seconds since the trigger):", flush=True)
         runs = {dag_id: trigger(dag_id) for dag_id in dag_ids}
         ended = watch(airflow, runs, args.timeout)
+        results = {}
         for dag_id, run_id in runs.items():
             state, seconds = ended[dag_id]
-            text, good = describe(dag_id, state, seconds, task_results(dag_id, run_id))
+            rows = task_results(dag_id, run_id)
+            text, good = describe(dag_id, state, seconds, rows)
             print(text, flush=True)
             ok = ok and good
+            results[dag_id] = {"run_id": run_id, "state": state, "verified": good, "tasks": rows,
+                               **run_times(dag_id, run_id)}
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=1, default=str) + "\n")
     finally:
         airflow.stop()
         print(f"\nlogs kept in {home} (services: *.log, tasks: logs/, tables: occflow/, leases: occflow_leases.db)")
