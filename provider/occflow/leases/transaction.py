@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from . import schema
-from .model import Blocker, Lease, LeaseRequest
+from .model import Blocker, Claim, Lease, LeaseRequest
 from .rows import claim_of, columns_of, dump_keys, granted_lease, holder_of, lease_rows, queue_row
 from .tries import rule_on_tries
 
@@ -50,25 +50,30 @@ def blockers_of(
     commit order only is no blocker. Where only lease-then-request is clean the request awaits
     it (``Claim.may_follow``); where only request-then-lease is clean the lease's commit is held
     for the request's (``Claim.may_precede``) if that writer holds its commit at the gate and
-    has not reached it yet (about to commit, or waiting there: it is never held back further).
-    A waiting request ahead blocks only a pair no gate can order (the gate orders the others
-    whenever it is granted)."""
+    has not reached it yet (about to commit, or waiting there: it is never held back further),
+    and no request waiting ahead waits for that lease (holding its commit would make an earlier
+    request wait longer for a newcomer: first come, first served). A waiting request ahead
+    blocks only a pair no gate can order (the gate orders the others whenever it is granted)."""
     mine = request.claim
     gate = order_aware and request.commit_gate
     ruling = Ruling([], [], [])
+    ahead = [row for row in waiting
+             if row.request_id != request.request_id and (row.queue_key, row.enqueued_at, row.request_id) < place]
+    # The claims waiting ahead that wait for a lease whatever the order (no gate can order them):
+    # a newcomer must not hold that lease's commit, which would make them wait longer for it.
+    ahead_claims = [claim_of(row) for row in ahead] if gate else []
     for row in live:
         claim = claim_of(row)
         if not claim.blocks(mine):
             continue
         if gate and mine.may_follow(claim):
             ruling.awaits.append(row.lease_id)
-        elif gate and row.commit_gate and row.gate_reached_at is None and mine.may_precede(claim):
+        elif (gate and row.commit_gate and row.gate_reached_at is None and mine.may_precede(claim)
+              and not any(_waits_for(w, claim) for w in ahead_claims)):
             ruling.holds.append(row.lease_id)
         else:
             ruling.blockers.append(Blocker("lease", row.lease_id, row.operation, claim.partitions, holder_of(row)))
-    for row in waiting:
-        if row.request_id == request.request_id or (row.queue_key, row.enqueued_at, row.request_id) >= place:
-            continue
+    for row in ahead:
         claim = claim_of(row)
         # Granted later, it will await this request (it must then hold its commit at the gate)
         # or hold this request's commit (which this request does).
@@ -76,6 +81,11 @@ def blockers_of(
         if claim.blocks(mine) and not (gate and orderable):
             ruling.blockers.append(Blocker("waiting", row.request_id, row.operation, claim.partitions, holder_of(row)))
     return ruling
+
+
+def _waits_for(waiter: Claim, lease: Claim) -> bool:
+    """Whether ``waiter`` cannot run beside ``lease`` in either commit order: it waits for it."""
+    return lease.blocks(waiter) and not waiter.may_follow(lease) and not waiter.may_precede(lease)
 
 
 def reaches(edges: dict[str, set[str]], starts: Sequence[str], targets: set[str]) -> bool:

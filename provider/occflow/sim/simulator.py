@@ -284,7 +284,9 @@ class _Simulation:
         holding them would close a cycle of commits waiting for each other.
 
         A lease whose attempt already waits at its gate is never held back further: a job that
-        must commit before it is refused (so a stream of newcomers cannot starve it)."""
+        must commit before it is refused (so a stream of newcomers cannot starve it). Nor is a
+        lease an earlier waiting job waits for (in both commit orders): holding its commit
+        would make that job wait longer for a newcomer (first come, first served)."""
         order = commit_order(self.profiles[job.table])
         after, before = order.after[job.operation], order.before[job.operation]
         first: list[int] = []
@@ -298,6 +300,10 @@ class _Simulation:
                 if op in after:
                     first.append(other)
                 elif live[other].computed >= 0 or not self.commit_ahead:
+                    return None
+                elif self.blocked.conflicts(jobs[other], "exclusive"):
+                    # An earlier request waits for ``other``'s lease: holding its commit would make
+                    # that request wait longer for a newcomer (first come, first served).
                     return None
                 else:
                     then.append(other)
