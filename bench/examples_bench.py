@@ -70,6 +70,10 @@ def run_once(mode: str, repeat: int, code: Path, work: Path) -> dict[str, Any]:
         "conflicts": sum(len(r.get("conflicts", [])) for r in reports),
         "wasted_s": round(sum(r.get("wasted_seconds", 0.0) for r in reports), 2),
         "extra_airflow_tries": sum(max(t["tries"] - 1, 0) for d in dags.values() for t in d["tasks"]),
+        # Seconds from a write's lease grant to its first attempt (admitted runs): what a lease
+        # covers besides the work (a Spark session's start, if it came after the grant).
+        "grant_to_start_s": sorted(round(r["grant_to_start_seconds"], 2) for r in reports
+                                   if r.get("grant_to_start_seconds") is not None),
         "load_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
     }
     print(f"  r{repeat} {mode:<9} exit {proc.returncode}  wall {result['wall_s']:6.1f}s  "

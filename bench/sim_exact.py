@@ -13,7 +13,7 @@ later job fails, and whether the pair corrupts the data) and decides for itself:
 - **what loses work**: job i commits first and job j began before that commit (on an overlapping
   footprint) — then j is validated against i, and the pair loses work unless the cell
   (earlier = i, later = j) lets j commit without corrupting the data. Footprints: a job's
-  partitions, or the whole table for a job without partitions, a metadata change, or an operation
+  partitions, or the whole table for a job without partitions, a metadata or protocol change, or an operation
   the profile lists in ``reads_whole_table`` (read from the profile's data, as a fact of the
   engine). Attempts that begin at the instant another commits begin after it.
 - **the optimum**: the least makespan over every schedule that runs each job exactly once (no
@@ -132,7 +132,9 @@ def instance(seed: int, index: int) -> Instance:
 
 
 def whole_table(profile: Profile, job: TinyJob) -> bool:
-    return (job.partition is None or job.operation is Operation.ALTER_METADATA
+    # A schema or protocol change is one for every partition (Delta fails a write of any
+    # partition across it: "metadata changed", "protocol changed").
+    return (job.partition is None or job.operation in (Operation.ALTER_METADATA, Operation.UPGRADE_PROTOCOL)
             or job.operation in profile.reads_whole_table)
 
 

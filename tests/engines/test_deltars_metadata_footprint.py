@@ -1,9 +1,9 @@
-"""A schema change reaches the whole table, whatever partitions it was declared with.
+"""A schema or protocol change reaches the whole table, whatever partitions it was declared with.
 
 The engine's record first: on real delta-rs, a DELETE of partition a planned before a schema
-change commits fails with ``metadata_changed``, though the schema change names no partition a.
-So admission must keep a schema change declared on partition b apart from a write of partition
-a wherever the matrix says the two operations conflict: checked on the real SQLite store and,
+change (or a protocol upgrade) commits fails, though the change names no partition a. So
+admission must keep such a change declared on partition b apart from a write of partition a
+wherever the matrix says the two operations conflict: checked on the real SQLite store and,
 for every profile and operation, against the matrix cells read directly.
 """
 
@@ -46,12 +46,30 @@ def test_the_store_keeps_a_partition_declared_schema_change_apart_from_other_par
         store.dispose()
 
 
+def test_delta_rs_fails_a_write_of_another_partition_that_ran_across_a_protocol_upgrade(tmp_path: Path) -> None:
+    from deltalake import DeltaTable, TableFeatures
+    from deltalake.exceptions import CommitFailedError
+
+    table = DeltaRsTable(tmp_path / "t")
+    rows = pa.table({"id": pa.array([1, 2], pa.int64()), "ds": ["a", "b"]})
+    assert table.create(rows, partition_by=["ds"]).committed
+    stale = DeltaTable(str(tmp_path / "t"))  # the DELETE of partition a plans here
+    DeltaTable(str(tmp_path / "t")).alter.add_feature(TableFeatures.ChangeDataFeed,
+                                                       allow_protocol_versions_increase=True)
+    with pytest.raises(CommitFailedError, match="Protocol changed"):
+        stale.delete("ds = 'a'")
+    assert table.load().to_pyarrow_table().num_rows == 2  # nothing deleted
+
+
+@pytest.mark.parametrize("change", [Operation.ALTER_METADATA, Operation.UPGRADE_PROTOCOL])
 @pytest.mark.parametrize("profile_name", sorted(PROFILES))
-def test_every_operation_on_another_partition_is_blocked_exactly_where_the_cells_conflict(profile_name: str) -> None:
+def test_every_operation_on_another_partition_is_blocked_exactly_where_the_cells_conflict(
+    profile_name: str, change: Operation
+) -> None:
     profile = get_profile(profile_name)
-    if Operation.ALTER_METADATA not in profile.operations:
-        pytest.skip(f"{profile_name} has no schema change operation")
-    alter = Operation.ALTER_METADATA
+    if change not in profile.operations:
+        pytest.skip(f"{profile_name} has no {change.value} operation")
+    alter = change
     schema_change = LeaseRequest.create("db.t", alter, profile, [{"ds": "b"}]).claim
     for operation in profile.operations:
         other = LeaseRequest.create("db.t", operation, profile, [{"ds": "a"}]).claim

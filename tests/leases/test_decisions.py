@@ -52,12 +52,12 @@ def test_every_matrix_cell_decides_admission_on_the_same_partition(store, profil
                 assert [b.ident for b in same.blockers] == [held.lease_id]
             # Another partition of the same table overlaps only where the engine validates an
             # operation against every file (delta-rs appends and OPTIMIZE: reads_whole_table) or
-            # one of the two changes the table's metadata (one schema for every partition),
+            # one of the two changes the table's metadata or protocol (one for every partition),
             # against the held lease or the second request (granted or waiting) on the first one.
             def across(a, b):
                 fails = any(c.later_fails or c.effect is Effect.DUPLICATES_ROWS
                             for c in (profile.cell(a, b), profile.cell(b, a)))
-                table_wide = {*profile.reads_whole_table, Operation.ALTER_METADATA}
+                table_wide = {*profile.reads_whole_table, Operation.ALTER_METADATA, Operation.UPGRADE_PROTOCOL}
                 return fails and (a in table_wide or b in table_wide)
 
             other = store.try_acquire(req(table, second, profile_name, ["ds=2024-01-02"]))

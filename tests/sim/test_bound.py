@@ -32,7 +32,7 @@ SIMULATED = [name for name in POLICY_NAMES if name != ORACLE]
 def whole_table(job: Job) -> bool:
     """Written from the documented rule, not imported: what holds the whole table."""
     return (job.partitions is None or job.reads_whole_table or job.protocol_change
-            or job.operation is Operation.ALTER_METADATA)
+            or job.operation in (Operation.ALTER_METADATA, Operation.UPGRADE_PROTOCOL))
 
 
 def footprints_overlap(a: Job, b: Job) -> bool:

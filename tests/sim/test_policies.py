@@ -37,7 +37,7 @@ def footprint(job: Job) -> frozenset[str] | None:
     """The partitions a job holds; None: the whole table (no partitions, a read of the whole
     table, a protocol or schema change)."""
     whole = (job.partitions is None or job.reads_whole_table or job.protocol_change
-             or job.operation is Operation.ALTER_METADATA)
+             or job.operation in (Operation.ALTER_METADATA, Operation.UPGRADE_PROTOCOL))
     return None if whole else frozenset(job.partitions or ())
 
 

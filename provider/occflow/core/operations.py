@@ -44,6 +44,13 @@ class Operation(str, enum.Enum):
     def is_blind_append(self) -> bool:
         return self is Operation.INSERT_INTO
 
+    @property
+    def changes_table_metadata(self) -> bool:
+        """A schema / property change or a protocol upgrade: one for all partitions, so its
+        footprint is the whole table whatever partitions it names (a Delta write of any
+        partition fails with ``metadata_changed`` / "protocol changed" across it)."""
+        return self in (Operation.ALTER_METADATA, Operation.UPGRADE_PROTOCOL)
+
 
 _LAYOUT_ONLY = frozenset(
     {

@@ -278,8 +278,8 @@ class LeaseRequest:
                 f"no footprint for {table}: name the partitions written, or whole_table=True"
             )
         keys = None if whole_table else normalise_partition_keys(partitions or [])
-        if op is Operation.ALTER_METADATA:
-            # A schema or property change holds the whole table whatever partitions it names
+        if op.changes_table_metadata:
+            # A schema, property or protocol change holds the whole table whatever partitions it names
             # (``footprint_reach``): its lease is kept as one, so every request on the table meets it.
             keys = None
         holder = holder or Holder()

@@ -168,6 +168,10 @@ class SparkWriteOperator(OccflowWriteOperator):
             # Before the table's facts are read; CREATE ... IF NOT EXISTS conflicts with no write.
             self.create_table(declaration)
         if self.sql is None:
+            # A callable job: start the Spark session now, before admission, so that the lease
+            # covers the job and not the JVM's start (5-20 s). A SQL job's session is up already:
+            # the table's facts were read with it just below.
+            spark_engine(self.session_config()).session()
             return declaration
         try:
             return self.declare_from_table(declaration)

@@ -36,12 +36,9 @@ def admission_partitions(job: Job) -> tuple[str, ...] | None:
     reads, so it holds the whole table; so does a job whose read names no partition.
     """
     parts = job.partitions
-    if parts is None or job.reads_whole_table or job.protocol_change or job.operation is _ALTER_METADATA:
+    if parts is None or job.reads_whole_table or job.protocol_change or job.operation.changes_table_metadata:
         return None
     return parts
-
-
-_ALTER_METADATA = Operation.ALTER_METADATA
 
 
 def _conflicting(profile: Profile) -> Mapping[Operation, frozenset[Operation]]:

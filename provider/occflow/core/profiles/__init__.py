@@ -52,11 +52,11 @@ def footprint_reach(
     """The partitions a write's commit is validated against: its own, or the whole table
     (``None``) for an operation whose commit reads every file on this engine
     (``Profile.reads_whole_table``: a delta-rs append or OPTIMIZE fails against a removal in
-    any partition), and for a schema or property change, whatever partitions it was declared
-    with: the table's metadata is one for all its partitions (a Delta write of partition a fails
-    with a metadata change committed while it ran, as the simulator and its exact scheduler
-    also assume)."""
-    if operation is Operation.ALTER_METADATA or operation in profile.reads_whole_table:
+    any partition), and for a schema, property or protocol change, whatever partitions it was
+    declared with: the table's metadata is one for all its partitions (a Delta write of
+    partition a fails with a metadata or protocol change committed while it ran, as the
+    simulator and its exact scheduler also assume: ``Operation.changes_table_metadata``)."""
+    if operation.changes_table_metadata or operation in profile.reads_whole_table:
         return None
     return partitions
 
