@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,13 +31,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
-from benchlib import machine  # noqa: E402
+from benchlib import machine, moment, spread  # noqa: E402
 
 MODES = {"racing": "off", "admitted": "on"}
 
-
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
 def run_once(mode: str, repeat: int, code: Path, work: Path) -> dict[str, Any]:
@@ -82,11 +78,6 @@ def run_once(mode: str, repeat: int, code: Path, work: Path) -> dict[str, Any]:
     return result
 
 
-def spread(values: list[float]) -> dict[str, Any]:
-    values = sorted(values)
-    return {"n": len(values), "median": round(statistics.median(values), 3), "min": round(values[0], 3),
-            "max": round(values[-1], 3)} if values else {"n": 0}
-
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     by = {(r["repeat"], r["mode"]): r for r in runs}
@@ -118,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     code = work / "code"
     shutil.copytree(Path(args.provider) if args.provider else REPO / "provider", code,
                     ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    started = {"uptime": uptime(), "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    started = moment()
     print(f"examples bench: work dir {work}; {started['uptime']}", flush=True)
     runs = []
     order = list(MODES)
@@ -128,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "command": ".venv/bin/python bench/examples_bench.py --repeats " + str(args.repeats),
         "machine": machine(), "started": started,
-        "ended": {"uptime": uptime(), "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
+        "ended": moment(),
         "summary": summarise(runs), "runs": runs,
     }
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

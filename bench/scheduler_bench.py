@@ -30,10 +30,8 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +42,10 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import run_examples  # noqa: E402 - scripts/ is not a package
 from admission_latency import start_postgres, stop_postgres  # noqa: E402
-from benchlib import machine  # noqa: E402
+from benchlib import machine, moment, spread  # noqa: E402
 
 MODES = ("racing", "defaults", "old")
 
-
-def uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
 def holds(events: list[dict[str, Any]]) -> list[float]:
@@ -94,13 +89,6 @@ def run_one(airflow: run_examples.Airflow, urls: dict[str, str], shape: str, sto
           f"  extra tries {result['extra_airflow_tries']}  load {result['load_1min']}", flush=True)
     return result
 
-
-def spread(values: list[float]) -> dict[str, Any]:
-    values = sorted(v for v in values if v is not None)
-    if not values:
-        return {"n": 0}
-    return {"n": len(values), "median": round(statistics.median(values), 3), "min": round(values[0], 3),
-            "max": round(values[-1], 3)}
 
 
 def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -202,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     })
     os.environ.update(env)
     airflow = run_examples.Airflow(home, env)
-    started = {"uptime": uptime(), "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    started = moment()
     print(f"scheduler bench: Airflow home {home}; {started['uptime']}", flush=True)
     runs: list[dict[str, Any]] = []
     try:
@@ -221,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         airflow.stop()
         stop_postgres(home)
-    ended = {"uptime": uptime(), "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    ended = moment()
     summary = summarise(runs)
     command = ".venv/bin/python bench/scheduler_bench.py " + " ".join(argv if argv is not None else sys.argv[1:])
     result = {"command": command.strip(), "machine": machine(), "started": started, "ended": ended,

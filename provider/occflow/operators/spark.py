@@ -163,7 +163,8 @@ class SparkWriteOperator(OccflowWriteOperator):
             self.occflow_write = replace(self.occflow_write, partitions=derived.partitions)
 
     def declare(self) -> WriteDeclaration:
-        declaration = declare_spark_write(super().declare(), self.session_config(), self.sql, self.task_id)
+        config = self.session_config()  # one read of the Airflow connection for both uses below
+        declaration = declare_spark_write(super().declare(), config, self.sql, self.task_id)
         if self.create_if_missing:
             # Before the table's facts are read; CREATE ... IF NOT EXISTS conflicts with no write.
             self.create_table(declaration)
@@ -171,7 +172,7 @@ class SparkWriteOperator(OccflowWriteOperator):
             # A callable job: start the Spark session now, before admission, so that the lease
             # covers the job and not the JVM's start (5-20 s). A SQL job's session is up already:
             # the table's facts were read with it just below.
-            spark_engine(self.session_config()).session()
+            spark_engine(config).session()
             return declaration
         try:
             return self.declare_from_table(declaration)
