@@ -23,20 +23,41 @@ if [ ! -x .venv/bin/python ]; then
   echo "bootstrap: creating .venv with $("$PY" --version 2>&1)"
   "$PY" -m venv .venv
 fi
-if [ ! -x .venv/bin/uv ]; then
-  echo "bootstrap: installing uv (the installer) into .venv"
-  .venv/bin/pip install -q "uv==0.13.8"
+# The Debian packages' installed versions, recorded beside the Python ones (apt installs what the
+# archive has: this says which ones a run had). Printed when they change.
+debian_versions=.venv/occflow-debian-versions.txt
+# shellcheck disable=SC2086,SC2016
+dpkg-query -W -f='${Package}=${Version}\n' $APT_PACKAGES >"$debian_versions.new"
+if cmp -s "$debian_versions.new" "$debian_versions"; then
+  rm "$debian_versions.new"
+else
+  mv "$debian_versions.new" "$debian_versions"
+  echo "bootstrap: Debian packages recorded in $debian_versions: $(paste -sd ' ' "$debian_versions")"
+fi
+
+# Supply chain (docs/getting-started.md#supply-chain): every Python package is installed in
+# hash-checking mode from a lock with a sha256 hash of each file (scripts/lock.sh writes them):
+# uv from requirements-uv.lock, the packages from requirements.lock, and the build backend that
+# builds occflow itself and the lock's sdist-only packages from requirements-build.lock.
+uv_pin=$(sed -n 's/^uv==\([^ ]*\).*/\1/p' requirements-uv.lock)
+if [ "$(.venv/bin/uv --version 2>/dev/null | cut -d' ' -f2)" != "$uv_pin" ]; then
+  echo "bootstrap: installing uv $uv_pin (the installer) into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check --require-hashes -r requirements-uv.lock
 fi
 stamp=.venv/.occflow-lock-stamp
-if [ ! -f "$stamp" ] || ! cmp -s requirements.lock "$stamp"; then
+if [ ! -f "$stamp" ] || ! cmp -s <(cat requirements.lock requirements-build.lock) "$stamp"; then
   echo "bootstrap: installing $(grep -c '^[A-Za-z0-9]' requirements.lock) Python packages from requirements.lock" \
     "(Airflow, PySpark and Iceberg's jars, delta-rs, pyodps, ...: a few minutes on a fresh machine)"
-  .venv/bin/uv pip install -q --python .venv/bin/python -r requirements.lock
-  .venv/bin/uv pip install -q --python .venv/bin/python --no-deps -e .
+  .venv/bin/uv pip install -q --python .venv/bin/python --require-hashes -r requirements.lock \
+    --build-constraints requirements-build.lock --require-build-hashes
+  # occflow itself, editable: no hash to check (hash-checking mode refuses editables), but its
+  # build backend is pinned ([build-system] requires) and hash-checked all the same.
+  .venv/bin/uv pip install -q --python .venv/bin/python --no-deps -e . \
+    --build-constraints requirements-build.lock --require-build-hashes
   # The build's metadata left beside the sources would be a second copy of the distribution on
   # the import path: Airflow would load occflow's plugin twice ("already registered").
   rm -rf provider/*.egg-info
-  cp requirements.lock "$stamp"
+  cat requirements.lock requirements-build.lock >"$stamp"
 fi
 
 # Bytecode for every installed package, once per lock: the test command runs with

@@ -114,32 +114,79 @@ def test_protocol_change_fails_without_retry(run_dag, tmp_path, stats_capture):
     assert not stats_capture.named("occflow.retries.")
 
 
-def test_error_that_is_not_a_conflict_is_left_to_ordinary_retries(run_dag, tmp_path, stats_capture):
+def test_an_ordinary_error_runs_one_try_plus_non_conflict_retries_while_a_conflict_is_retried(
+    run_dag, tmp_path, stats_capture
+):
+    """``retries=policy.retries`` sizes the task's retries for conflicts (13 here): an ordinary
+    bug under the same policy runs ``1 + non_conflict_retries`` tries, not 14, while a real
+    delta-rs conflict in a task of the same run is still retried."""
+    from occflow.policies import ConflictRetryPolicy
+
+    assert ConflictRetryPolicy("delta-rs", "insert_into").retries > 3  # what Airflow alone would allow
+    table = _partitioned_table(tmp_path / "events")
     run = run_dag(
-        """
-        from datetime import timedelta
+        f"""
+        from pathlib import Path
         from airflow.sdk import DAG
         from airflow.providers.standard.operators.python import PythonOperator
         from occflow.policies import ConflictRetryPolicy
+
+        TABLE = {table!r}
+        MARKER = Path({str(tmp_path / "first-try")!r})
 
         def broken():
             # Mentions commits and conflicts, but is no engine's conflict error.
             raise ValueError("could not parse the commit message: conflict markers <<<<<<< in file")
 
+        def delete_row():
+            from deltalake import DeltaTable
+            mine = DeltaTable(TABLE)  # this try's snapshot
+            if not MARKER.exists():
+                MARKER.touch()
+                DeltaTable(TABLE).delete("ds = 'a' and v = 1")  # a concurrent writer commits first
+            mine.delete("ds = 'a' and v = 2")
+
+        bug = ConflictRetryPolicy("delta-rs", "insert_into", table="lake.events")
+        flaky = ConflictRetryPolicy("delta-rs", "insert_into", table="lake.events", non_conflict_retries=2)
+        racing = ConflictRetryPolicy("delta-rs", "delete", table="lake.events",
+                                     overrides={{"concurrent_append": {QUICK_RETRY!r}}})
         with DAG("retry_policy_not_a_conflict", schedule=None):
-            PythonOperator(task_id="write", python_callable=broken, retries=1,
-                           retry_delay=timedelta(seconds=1),
-                           retry_policy=ConflictRetryPolicy("delta-rs", "insert_into", table="lake.events"))
+            PythonOperator(task_id="bug", python_callable=broken, retries=bug.retries, retry_policy=bug)
+            PythonOperator(task_id="flaky", python_callable=broken, retries=flaky.retries, retry_policy=flaky)
+            PythonOperator(task_id="conflict", python_callable=delete_row, retries=racing.retries,
+                           retry_policy=racing)
         """
     )
-    write = run.task("write")
-    # DEFAULT: Airflow's own retries ran (two tries), with no occflow reason or delay.
-    assert write.state == "failed"
-    assert write.try_number == 2
-    assert write.tries[0].retry_reason is None
-    assert write.tries[0].retry_delay_override is None
-    assert "occflow_conflict" not in write.xcom
-    assert not stats_capture.named("occflow.")
+    bug, flaky, conflict = run.task("bug"), run.task("flaky"), run.task("conflict")
+    # non_conflict_retries=0 (the default): one try, although retries=13 allowed more.
+    assert bug.state == "failed" and bug.try_number == 1
+    # non_conflict_retries=2: Airflow's ordinary retries, no occflow reason or delay, then fail.
+    assert flaky.state == "failed" and flaky.try_number == 3
+    assert [t.retry_reason for t in flaky.tries[:-1]] == [None, None]
+    assert [t.retry_delay_override for t in flaky.tries[:-1]] == [None, None]
+    # A conflict under a policy with non_conflict_retries=0 is still retried, by the policy.
+    assert conflict.state == "success" and conflict.try_number == 2
+    assert "concurrent_append" in (conflict.tries[0].retry_reason or "")
+    assert _rows(table) == [("b", 3)]
+    assert "occflow_conflict" not in bug.xcom and "occflow_conflict" not in flaky.xcom
+    assert not stats_capture.named("occflow.conflicts.not_a_conflict")
+
+
+def test_non_conflict_retries_is_checked_and_serialized():
+    from occflow.core.errors import InvalidDeclarationError
+    from occflow.policies import ConflictRetryPolicy
+
+    policy = ConflictRetryPolicy("delta-rs", "merge", non_conflict_retries=20)
+    assert policy.retries == 20  # retries=policy.retries lets the larger of the two run
+    again = ConflictRetryPolicy.deserialize(json.loads(json.dumps(policy.serialize())))
+    assert again == policy and again.non_conflict_retries == 20
+    bug = ValueError("no such column: amount")
+    assert policy.evaluate(bug, 20, 21).action.value == "default"  # 19 retries made: one more
+    decided = policy.evaluate(bug, 21, 21)
+    assert decided.action.value == "fail" and "non_conflict_retries=20 (20 retries made)" in (decided.reason or "")
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(InvalidDeclarationError, match="non_conflict_retries must be"):
+            ConflictRetryPolicy("delta-rs", "merge", non_conflict_retries=bad)
 
 
 def test_conflict_text_in_the_log_of_a_foreign_job_is_classified(run_dag, tmp_path):

@@ -332,3 +332,96 @@ def test_a_map_index_that_is_not_one_answers_400_naming_what_is_right(client, ra
     response = client.get(route, headers=token("viewer"), params=params)
     assert response.status_code == 400, response.text
     assert "map_index must be -1 (not mapped) or a whole number from 0 to 2147483647" in response.text
+
+
+# ----------------------------------------------------------------- issue 31: trust only what is checked
+
+CLAIMANT_DAG = "ui_claimant"
+CLAIMANT = '''
+import pendulum
+from airflow.sdk import DAG, task
+
+CLAIM = {claim!r}
+
+with DAG("{dag_id}", schedule=None, start_date=pendulum.datetime(2024, 1, 1)):
+
+    @task
+    def claims_merge():
+        # Another task instance's report naming the raced write's table, store key and fence.
+        return CLAIM
+
+    @task
+    def many_attempts():
+        lost = [{{"attempt": i, "kind": "concurrent_append", "action": "retry", "reason": f"lost try {{i}}",
+                  "seconds": 0.01, "winning_commit": {{"version": i, "operation": "WRITE"}}}}
+                for i in range(1, {lost} + 1)]
+        return dict(CLAIM, table="ui.runaway", table_key=None, fence=None, attempts={lost} + 1, lost_attempts=lost)
+
+    claims_merge() >> many_attempts()
+'''
+LOST = 50_000
+
+
+@pytest.fixture(scope="module")
+def claimant(raced, airflow_home):
+    """A second DAG's tasks returning write reports, run by ``dag.test()`` after the raced write
+    (so they are newer and met first): one claims the raced write's table, store key and fence;
+    one carries 50,000 lost attempts."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    real = raced["report"]
+    claim = {"format": "occflow.write_report/1", "status": "committed", "table": real["table"],
+             "table_key": real["table_key"], "fence": real["fence"], "operation": "merge", "profile": "delta-rs",
+             "engine": "deltars", "committed": True, "attempts": 1, "conflicts": [], "wasted_seconds": 0.0,
+             "lost_attempts": []}
+    dag_file = airflow_home / "dags" / "test_ui_plugin_claimant.py"
+    dag_file.write_text(CLAIMANT.format(claim=claim, dag_id=CLAIMANT_DAG, lost=LOST))
+    bag = DagBag(dag_folder=str(dag_file))
+    assert not bag.import_errors, bag.import_errors
+    run = bag.dags[CLAIMANT_DAG].test()
+    assert str(getattr(run.state, "value", run.state)) == "success"
+    return {"run_id": run.run_id, "fence": real["fence"]}
+
+
+def test_a_report_of_another_task_naming_a_writes_table_and_fence_does_not_take_its_lease(client, raced, claimant):
+    grant = next(e for e in raced["store"].history_events(raced["report"]["table_key"])
+                 if e["kind"] == "grant" and e["fence"] == claimant["fence"])
+    assert (grant["dag_id"], grant["task_id"], grant["run_id"]) == (DAG_ID, "merge", raced["run_id"])
+    body = client.get("/api/timeline", headers=token("viewer"), params={"table": "ui.events"}).json()
+    writes = {(e["dag_id"], e["task_id"]): e for e in body["entries"] if e["kind"] == "write"}
+    claim, real = writes[(CLAIMANT_DAG, "claims_merge")], writes[(DAG_ID, "merge")]
+    assert claim["fence"] == real["fence"] == claimant["fence"]  # the same table and fence, both claimed
+    # The lease is the write's whose task instance the store granted it to, not the newer claimant's.
+    assert claim["lease"] is None
+    assert real["lease"] is not None and real["lease"]["lease_id"] == grant["lease_id"]
+    # Nor does the claim show up as a lease no write claims: the real write has it.
+    assert not [e for e in body["entries"] if e["kind"] == "lease" and e["lease_id"] == grant["lease_id"]]
+    page = client.get("/", headers=token("viewer"), params={"table": "ui.events"}).text
+    row = page.split('data-task="claims_merge"', 1)[1].split("</tr>", 1)[0]
+    assert f"fence {claimant['fence']}" in row and "waited" not in row
+    real_row = page.split('data-task="merge"', 1)[1].split("</tr>", 1)[0]
+    assert f"fence {claimant['fence']}, waited" in real_row
+
+
+def test_a_report_of_50000_lost_attempts_renders_a_small_page_that_counts_the_rest(client, claimant):
+    from occflow.plugins.data import ATTEMPTS_FIRST, ATTEMPTS_LAST
+
+    params = {"dag_id": CLAIMANT_DAG}
+    page = client.get("/", headers=token("viewer"), params=params)
+    assert page.status_code == 200
+    assert len(page.content) < 500_000, len(page.content)
+    rest = LOST - ATTEMPTS_FIRST - ATTEMPTS_LAST
+    assert f'data-testid="attempts-left-out" data-task="many_attempts" data-count="{rest}"' in page.text
+    assert f"and {rest} more attempts" in page.text
+    assert page.text.count('data-testid="attempt-row" data-task="many_attempts"') == ATTEMPTS_FIRST + ATTEMPTS_LAST
+    # The first and the last are shown, in order, around the count of the rest.
+    first, last = page.text.index("attempt 1 lost"), page.text.index(f"attempt {LOST} lost")
+    assert first < page.text.index(f"and {rest} more attempts") < last
+    assert f"attempt {ATTEMPTS_FIRST + 1} lost" not in page.text
+    body = client.get("/api/timeline", headers=token("viewer"), params=params)
+    assert len(body.content) < 500_000, len(body.content)
+    [runaway] = [e for e in body.json()["entries"] if e["kind"] == "write" and e["task_id"] == "many_attempts"]
+    assert runaway["attempts"] == LOST + 1 and runaway["conflicts_left_out"] == rest
+    assert [c["attempt"] for c in runaway["conflicts"]] == [*range(1, ATTEMPTS_FIRST + 1),
+                                                            *range(LOST - ATTEMPTS_LAST + 1, LOST + 1)]
+    assert body.json()["totals"]["conflicts"] == LOST  # the totals count every lost attempt

@@ -112,3 +112,43 @@ def test_a_request_survives_serialization_with_its_queue_place(sqlite_url):
     assert store.try_acquire(again) is not None
     with pytest.raises(InvalidDeclarationError, match="not a serialized lease request"):
         LeaseRequest.from_dict({"table": "db.t"})
+
+
+# The two admission switches, one spelling set: what each reads, through the code that reads it.
+SPELLINGS = [
+    ("on", True), ("ON", True), ("true", True), ("True", True), ("yes", True), ("YES", True), ("1", True),
+    (" on ", True), ("off", False), ("Off", False), ("false", False), ("FALSE", False), ("no", False),
+    ("No", False), ("0", False), ("\toff\n", False),
+]
+
+
+@pytest.mark.parametrize(("value", "on"), SPELLINGS)
+def test_both_admission_switches_accept_the_same_spellings(value, on):
+    from occflow.leases.config import admission_switched_off, store_options
+
+    assert admission_switched_off({"OCCFLOW_ADMISSION": value}) is (not on)
+    assert store_options({"OCCFLOW_ORDER_AWARE_ADMISSION": value})["order_aware"] is on
+
+
+@pytest.mark.parametrize("value", [None, "", "   "])
+def test_a_blank_or_unset_switch_is_its_default_on(value):
+    from occflow.leases.config import admission_switched_off, store_options
+
+    env = {} if value is None else {"OCCFLOW_ADMISSION": value, "OCCFLOW_ORDER_AWARE_ADMISSION": value}
+    assert admission_switched_off(env) is False
+    assert store_options(env)["order_aware"] is True
+
+
+@pytest.mark.parametrize("value", ["sometimes", "enabled", "2", "y", "of", "tru e"])
+@pytest.mark.parametrize("variable", ["OCCFLOW_ADMISSION", "OCCFLOW_ORDER_AWARE_ADMISSION"])
+def test_a_bad_switch_value_fails_naming_the_variable_and_what_it_takes(variable, value):
+    from occflow.leases.config import SettingError, admission_switched_off, store_options
+
+    read = admission_switched_off if variable == "OCCFLOW_ADMISSION" else store_options
+    with pytest.raises(SettingError) as raised:
+        read({variable: value})
+    message = str(raised.value)
+    assert message.startswith(f"{variable}={value!r} must be on or off")
+    assert "on/off, true/false, yes/no, 1/0" in message
+    # Both callers' error types: the operators catch ValueError, the store's callers LeaseStoreError.
+    assert isinstance(raised.value, ValueError) and isinstance(raised.value, LeaseStoreError)

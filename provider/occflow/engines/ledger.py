@@ -90,6 +90,11 @@ class LeaseNotLive(CommitRefused):
         self.fence = fence
 
 
+class FencedOut(LeaseNotLive):
+    """The engine refused the commit at the commit itself: the write's lease lapsed while it ran
+    (a stalled writer) and a write admitted in its place committed first (``core.fencing``)."""
+
+
 class AlreadyCommitted(CommitRefused):
     """The write is already in the table: another try (or attempt) of it committed.
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from ..core.declaration import WriteDeclaration
+from ..core.fencing import CommitFence
 from ..core.observed import ObservedFootprint
 from .ledger import CommitLedger
 from .outcome import WriteOutcome
@@ -50,6 +51,9 @@ class AttemptContext:
     #: Until when (epoch seconds) the write's lease is certainly live (``None``: no admission);
     #: a commit made in another process (a spark-submit driver) checks it (``spark.lease_window``).
     lease_live_until: Callable[[], float | None] = field(default=lambda: None, compare=False, repr=False)
+    #: What the commit carries to fence out writers whose leases lapsed (``core.fencing``),
+    #: asked right before the engine call, after ``before_commit`` (``None``: no admission).
+    commit_fence: Callable[[], CommitFence | None] = field(default=lambda: None, compare=False, repr=False)
 
     def commit_metadata(self, declaration: WriteDeclaration) -> dict[str, str]:
         """Who made a commit, written into it: what ``TableCommitSensor`` and alerts look up."""

@@ -25,22 +25,45 @@ CONN_ID_ENV = "OCCFLOW_LEASE_STORE_CONN_ID"
 HISTORY_ENV = "OCCFLOW_LEASE_HISTORY"
 #: Seconds data writes start ahead of maintenance in the queue (``AdmissionPriorities``).
 HEAD_START_ENV = "OCCFLOW_LEASE_DATA_WRITE_HEAD_START"
-#: "0" / "false" turns order-aware admission off (every blocking pair waits, in either order).
+#: Off turns order-aware admission off for the grants this worker makes (every blocking pair
+#: waits, in either order); a lease already recorded as gated is held at its gate whatever it says.
 ORDER_AWARE_ENV = "OCCFLOW_ORDER_AWARE_ADMISSION"
-#: "off" turns admission off in every occflow operator of the process (racing; conflicts are
+#: Off turns admission off in every occflow operator of the process (racing; conflicts are
 #: retried by the policy), except for writes that can corrupt data beside a concurrent one.
 ADMISSION_ENV = "OCCFLOW_ADMISSION"
-_ON, _OFF = ("", "1", "true", "yes", "on"), ("0", "false", "no", "off")
+#: The spellings every on/off setting accepts (case-insensitive; blank or unset: its default).
+SWITCH_VALUES: dict[str, bool] = {
+    "on": True, "true": True, "yes": True, "1": True,
+    "off": False, "false": False, "no": False, "0": False,
+}
+
+
+class SettingError(LeaseStoreError, ValueError):
+    """A worker setting (an environment variable) holds a value it does not take."""
+
+
+def switch(variable: str, default: bool, env: Mapping[str, str] | None = None) -> bool:
+    """The on/off setting ``variable``: on/off, true/false, yes/no or 1/0 in any case, blank or
+    unset for ``default``; anything else is a ``SettingError`` naming the variable, never
+    silently taken for either."""
+    env = os.environ if env is None else env
+    raw = env.get(variable)
+    value = (raw or "").strip().lower()
+    if not value:
+        return default
+    if value not in SWITCH_VALUES:
+        raise SettingError(
+            f"{variable}={raw!r} must be on or off (accepted: on/off, true/false, yes/no, 1/0, in any "
+            f"case; blank or unset for the default, {'on' if default else 'off'})"
+        )
+    return SWITCH_VALUES[value]
 
 
 def admission_switched_off(env: Mapping[str, str] | None = None) -> bool:
-    """Whether ``OCCFLOW_ADMISSION`` turns admission off; a value that is neither on nor off is
-    an error (``ValueError``) naming the variable, not silently taken for either."""
-    env = os.environ if env is None else env
-    value = env.get(ADMISSION_ENV, "").strip().lower()
-    if value not in _ON + _OFF:
-        raise ValueError(f"{ADMISSION_ENV}={env.get(ADMISSION_ENV)!r} must be on or off")
-    return value in _OFF
+    """Whether ``OCCFLOW_ADMISSION`` turns admission off (default: on, each operator's
+    ``admission=`` argument decides); a bad value is a ``SettingError`` (a ``ValueError``)."""
+    return not switch(ADMISSION_ENV, True, env)
+
 
 # Airflow connection URIs use conn types as schemes; SQLAlchemy wants dialect+driver.
 _SCHEMES = {
@@ -90,10 +113,7 @@ def store_options(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     writes' head start."""
     env = os.environ if env is None else env
     options: dict[str, Any] = {"history": env.get(HISTORY_ENV, "").strip().lower() in ("1", "true", "yes")}
-    order_aware = env.get(ORDER_AWARE_ENV, "").strip().lower()
-    if order_aware not in ("", "1", "true", "yes", "0", "false", "no"):
-        raise LeaseStoreError(f"{ORDER_AWARE_ENV}={order_aware!r} must be true or false")
-    options["order_aware"] = order_aware not in ("0", "false", "no")
+    options["order_aware"] = switch(ORDER_AWARE_ENV, True, env)
     raw = env.get(HEAD_START_ENV, "").strip()
     if raw:
         try:

@@ -128,12 +128,12 @@ class LeaseKeeper:
 
     def wait_gate(self, timeout: float | None = None) -> float:
         """Hold the commit until the leases it must follow have ended (order-aware admission:
-        ``LeaseStore.wait_gate``); the seconds held. Asking marks the writer as at its gate, so
-        no newcomer holds it back from then on: one round trip, made whenever the store is
-        order-aware (a newcomer may have been granted ahead of this commit since the grant).
-        The lease keeps beating meanwhile; call ``ensure_live`` after it."""
-        if not self.store.order_aware:
-            return 0.0
+        ``LeaseStore.wait_gate``); the seconds held, ``GateTimeout`` past ``timeout``. Asking
+        marks the writer as at its gate, so no newcomer holds it back from then on: one round
+        trip per commit. Asked whatever this worker's ``order_aware`` says: that setting only
+        governs the grants this worker makes, and a worker that is order-aware may have granted a
+        newcomer ahead of this commit (a rolling change of the setting: a gate the store recorded
+        is held by every worker). The lease keeps beating meanwhile; call ``ensure_live`` after it."""
         waited = self.store.wait_gate(self.lease, timeout)
         self.gate_seconds += waited
         if waited >= 0.5:

@@ -15,7 +15,7 @@ import os
 import re
 import socket
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -415,7 +415,20 @@ class AdmissionTimeout(OccflowError, TimeoutError):
 
 
 class GateTimeout(OccflowError, TimeoutError):
-    """``wait_gate`` gave up waiting for the leases a commit must follow to end."""
+    """``wait_gate`` gave up waiting for the leases a commit must follow to end: nothing was
+    committed. Names the waiting lease, the table, the leases still awaited and how long."""
+
+    def __init__(self, lease: Lease, awaited: Sequence[Lease], waited: float, timeout: float) -> None:
+        self.lease_id = lease.lease_id
+        self.table = lease.table
+        self.awaited = tuple(other.lease_id for other in awaited)
+        self.waited = waited
+        self.timeout = timeout
+        super().__init__(
+            f"the commit of {lease.name()} waited {waited:.1f}s at its gate on {lease.table} (gate timeout "
+            f"{timeout:g}s) for {'; '.join(other.name() for other in awaited)}, still live: it must commit "
+            "after them (order-aware admission), so it did not commit"
+        )
 
 
 @dataclass(frozen=True)

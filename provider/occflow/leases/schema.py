@@ -140,6 +140,24 @@ fences = sa.Table(
     sa.Column("last_fence", sa.BigInteger, nullable=False),
 )
 
+# Leases that lapsed (reclaimed unreleased), remembered for ``LAPSED_MEMORY`` seconds: their
+# holder may be stalled inside its engine call rather than dead, and may still try to commit.
+# A later write whose claim conflicts with one fences it out at the engine's commit
+# (``LeaseStore.commit_fence``: on Delta both commits carry the lapsed lease's ``txn`` app id,
+# and the engine's conflict checker refuses whichever of the two commits second).
+lapsed = sa.Table(
+    "occflow_lease_lapsed",
+    metadata,
+    sa.Column("lease_id", _ID, primary_key=True),
+    sa.Column("table_name", sa.String(512), nullable=False),
+    sa.Column("partitions", sa.Text, nullable=True),
+    sa.Column("operation", sa.String(32), nullable=False),
+    sa.Column("profile", sa.String(64), nullable=False),
+    sa.Column("fence", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("lapsed_at", sa.Double, nullable=False),
+    sa.Index("ix_occflow_lease_lapsed_table", "table_name", "lapsed_at"),
+)
+
 # Per table, a counter bumped in every decision that frees part of the table's footprint: the
 # SQLite store's wake-up signal (``wakeup``; PostgreSQL sends a NOTIFY instead).
 wakeups = sa.Table(

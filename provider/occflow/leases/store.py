@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from ..core.fencing import CommitFence
 from . import schema
 from .config import make_engine
 from .model import (
@@ -84,6 +85,11 @@ def _translated(method: Callable[..., T]) -> Callable[..., T]:
     return call
 
 
+#: How long a lapsed lease is remembered (seconds): a writer stalled for longer than this (a VM
+#: frozen for a week) is no longer fenced out by the writes admitted after it.
+LAPSED_MEMORY = 7 * 86400.0
+
+
 def _lock_key(table: str) -> int:
     """A stable signed 64-bit advisory lock key per table (a collision only serialises more)."""
     return int.from_bytes(hashlib.blake2b(table.encode(), digest_size=8).digest(), "big", signed=True)
@@ -95,7 +101,8 @@ class LeaseStore:
     ``order_aware`` (the default): a request that holds its commit at the gate
     (``LeaseRequest.commit_gate``) is granted beside a live lease it blocks when only that
     lease-then-this commit order is clean (``Claim.may_follow``); its commit then waits until
-    that lease ends (``wait_gate``). ``False``: every blocking pair waits, in either order.
+    that lease ends (``wait_gate``). ``False``: every blocking pair this store grants waits, in
+    either order; a gate an order-aware store recorded is still held (``wait_gate`` asks anyway).
 
     ``history=True`` records every event (grant, release, heartbeat, expiry, queue changes),
     each with the task instance it is about, in ``occflow_lease_events`` for audits and the
@@ -290,15 +297,24 @@ class LeaseStore:
                 if not awaited:
                     return waited
                 if timeout is not None and waited >= timeout:
-                    raise GateTimeout(
-                        f"{lease.name()} waited {waited:.0f}s at its commit gate for "
-                        + "; ".join(other.name() for other in awaited)
-                    )
+                    raise GateTimeout(lease, awaited, waited, timeout)
                 lapse = min(other.expires.timestamp() for other in awaited) - time.time() + 0.05
                 pause = min(safety_poll, max(lapse, 0.25))  # clocks may differ: never spin
                 if timeout is not None:
                     pause = min(pause, max(timeout - waited, 0.0))
                 watch.wait(pause)
+
+    # -- the fence a commit carries ---------------------------------------------------------
+
+    @_translated
+    def commit_fence(self, lease: Lease) -> CommitFence:
+        """What ``lease``'s write must fence out (``core.fencing``): the lapsed leases of the
+        table (remembered for ``LAPSED_MEMORY``) whose claims conflict with it, and the highest
+        of their fencing tokens. Asked before the write reads the table, and after its gate."""
+        with self._locked(lease.table) as tx:
+            rows = tx.lapsed_conflicting(lease.claim, LAPSED_MEMORY)
+        return CommitFence(lease.lease_id, lease.fence, tuple(r.lease_id for r in rows),
+                           max((int(r.fence or 0) for r in rows), default=0))
 
     # -- holding and letting go ------------------------------------------------------------
 

@@ -138,13 +138,19 @@ class TableTransaction:
             L.delete()
             .where(L.c.table_name == self.table, L.c.expires_at <= self.now)
             .returning(L.c.lease_id, L.c.request_id, L.c.operation, L.c.profile, L.c.partitions, L.c.pid,
-                       *(L.c[name] for name in HOLDER_FIELDS))
+                       L.c.fence, *(L.c[name] for name in HOLDER_FIELDS))
         ).all()
         if expired:
             self.freed = True
             ended = [r.lease_id for r in expired]
             self.conn.execute(K.delete().where(K.c.lease_id.in_(ended)))
             self.conn.execute(schema.gates.delete().where(schema.gates.c.lease_id.in_(ended)))
+            # Its holder may be stalled, not dead: the writes that take its footprint fence it out.
+            self.conn.execute(schema.lapsed.insert(), [
+                {"lease_id": r.lease_id, "table_name": self.table, "partitions": r.partitions,
+                 "operation": r.operation, "profile": r.profile, "fence": r.fence or 0, "lapsed_at": self.now}
+                for r in expired
+            ])
             for r in expired:
                 self.event("expire", r, lease_id=r.lease_id, request_id=r.request_id, pid=r.pid)
         gone = self.conn.execute(
@@ -157,6 +163,20 @@ class TableTransaction:
             self.freed = True
             self.event("dequeue", place, request_id=place.request_id, pid=place.pid)
         return len(expired)
+
+    def lapsed_conflicting(self, claim: Claim, memory: float) -> list[Any]:
+        """The lapsed leases of the table, remembered for ``memory`` seconds, whose claims
+        conflict with ``claim`` either way (their stalled holders must not commit beside it);
+        older memories are forgotten here."""
+        Z = schema.lapsed
+        self.conn.execute(Z.delete().where(Z.c.table_name == self.table, Z.c.lapsed_at < self.now - memory))
+        rows = self.conn.execute(sa.select(Z).where(Z.c.table_name == self.table).order_by(Z.c.fence)).all()
+        found = []
+        for row in rows:
+            other = claim_of(row)
+            if claim.blocks(other) or other.blocks(claim):
+                found.append(row)
+        return found
 
     def candidate_leases(self, request: LeaseRequest) -> Sequence[Any]:
         """Leases on the table (live or lapsed) that can overlap the request's footprint, and

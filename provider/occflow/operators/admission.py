@@ -35,6 +35,7 @@ from ..leases import (
 )
 from ..leases.config import ADMISSION_ENV, admission_switched_off
 from ..triggers.lease import LeaseAdmissionTrigger
+from .exactly_once import MAX_GATE_TIMEOUT_SECONDS
 
 #: Seconds a write that is not admitted at once waits in its worker for a lease before it
 #: defers (``admission_wait_seconds`` on the operator). A lease let go meanwhile wakes it at once
@@ -80,6 +81,14 @@ def _seconds(name: str, seconds: Any) -> float:
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds < float("inf"):
         raise AirflowException(f"{name} must be a number of seconds >= 0, got {seconds!r}")
     return float(seconds)
+
+
+def checked_gate_timeout(seconds: Any) -> float:
+    """The operator's ``gate_timeout``: seconds >= 0, at most a week, else an error naming it."""
+    checked = _seconds("gate_timeout", seconds)
+    if checked > MAX_GATE_TIMEOUT_SECONDS:
+        raise AirflowException(f"gate_timeout must be at most {MAX_GATE_TIMEOUT_SECONDS:g} seconds, got {seconds!r}")
+    return checked
 
 
 #: ``defer(trigger=..., method_name=...)``: the operator's own ``BaseOperator.defer``.

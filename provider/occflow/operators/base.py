@@ -8,6 +8,7 @@ classify -> decide -> act and the report of every end, is ``flow.WriteFlow``'s.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,6 +27,7 @@ from .flow import (
     MAX_LEASE_LOSSES,
     ConflictFailure,
     FlowSettings,
+    GateTimeoutFailure,
     LeaseLostFailure,
     WriteFlow,
     WriteLost,
@@ -38,6 +40,13 @@ from .links import TableHistoryLink, WriteCommitLink
 
 #: The XCom key every write pushes its report under, whatever its end (``WriteReport``).
 REPORT_XCOM_KEY = "occflow_report"
+#: Seconds a commit waits at its gate by default when the task has no ``execution_timeout``
+#: (``gate_timeout`` on the operator). A gate opens when the leases it awaits end, by release
+#: or by lapse: only a live writer running longer than this holds it closed so long.
+DEFAULT_GATE_TIMEOUT_SECONDS = 3600.0
+#: Seconds (at most a tenth of ``execution_timeout``) a gate wait ends before Airflow's
+#: ``execution_timeout`` would, so the try ends with occflow's error and report, not a bare timeout.
+GATE_REPORT_MARGIN_SECONDS = 30.0
 
 
 class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
@@ -66,6 +75,11 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
         date already overwrote (default ``$OCCFLOW_STALE_OVERWRITE``, else ``report``).
     :param admission_resume_settle_seconds: seconds after a deferral before the task is resumed
         (guards against an Airflow 3.3 race that kills a task resumed very soon; 0: off).
+    :param gate_timeout: seconds the commit may wait at its gate for the leases it must commit
+        after (order-aware admission) before the try fails with ``GateTimeoutFailure``, naming
+        them. Default: what is left of the task's ``execution_timeout`` (less a margin, so the
+        failure is occflow's, with its report), else ``DEFAULT_GATE_TIMEOUT_SECONDS`` (1 hour).
+        A number is capped by what is left of ``execution_timeout`` too.
     """
 
     template_fields: Sequence[str] = ("partitions",)
@@ -93,6 +107,7 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
         admission_resume_settle_seconds: float | None = None,
         exactly_once: bool = True,
         stale_overwrite: str | None = None,
+        gate_timeout: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -122,8 +137,10 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
         self.admission_resume_settle_seconds = admission_resume_settle_seconds
         self.exactly_once = exactly_once
         self.stale_overwrite = stale_overwrite
+        self.gate_timeout = gate_timeout
+        self._execute_started: float | None = None
         self.admission_settings()  # a bad number of seconds fails the DAG import, naming the parameter
-        self.flow_settings()  # as does a stale_overwrite that is not one of its actions
+        self.flow_settings()  # as does a stale_overwrite that is not one of its actions, or a bad gate_timeout
 
     @classmethod
     def partial(cls, **kwargs: Any) -> Any:  # type: ignore[override]
@@ -161,12 +178,14 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
     # ------------------------------------------------------------------ the flow
 
     def execute(self, context: Any) -> dict[str, Any]:
+        self._execute_started = time.monotonic()  # where Airflow's execution_timeout starts
         declaration = self.declare()
         lease = admission.admit(self.admission_settings(), declaration, context, self.log, self.defer)
         return self.write(declaration, lease, context)
 
     def execute_admitted(self, context: Any, event: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Resumed by the admission trigger: the lease was granted while the task was deferred."""
+        self._execute_started = time.monotonic()  # a resumed try's execution_timeout starts anew
         declaration = self.declare()
         lease = admission.lease_from_event(self.admission_settings(), event)
         return self.write(declaration, lease, context)
@@ -222,10 +241,20 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
         )
 
     def flow_settings(self) -> FlowSettings:
+        gate_timeout = None if self.gate_timeout is None else admission.checked_gate_timeout(self.gate_timeout)
+        deadline = None
+        limit = self.execution_timeout
+        if limit is not None and self._execute_started is not None:
+            seconds = limit.total_seconds()
+            deadline = self._execute_started + seconds - min(GATE_REPORT_MARGIN_SECONDS, seconds / 10)
+        if gate_timeout is None and deadline is None:
+            gate_timeout = DEFAULT_GATE_TIMEOUT_SECONDS
         return FlowSettings(
             exactly_once=self.exactly_once is not False,
             stale_overwrite=stale_overwrite_action(self.stale_overwrite),
             reschedule_after_lease_loss=float(self.admission_poll_interval),
+            gate_timeout=gate_timeout,
+            gate_deadline=deadline,
         )
 
     def write(self, declaration: WriteDeclaration, lease: Any, context: Any) -> dict[str, Any]:
@@ -278,6 +307,8 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
 __all__ = [
     "MAX_LEASE_LOSSES",
     "ConflictFailure",
+    "DEFAULT_GATE_TIMEOUT_SECONDS",
+    "GateTimeoutFailure",
     "REPORT_XCOM_KEY",
     "LeaseLostFailure",
     "OccflowWriteOperator",

@@ -15,6 +15,7 @@ the attempt as "already committed by try N" instead of committing twice or faili
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -34,7 +35,10 @@ from ..engines.ledger import (
 )
 from ..engines.outcome import ErrorInfo, WriteOutcome
 from ..engines.tags import CommitTag
-from ..leases import LeaseKeeper, LeaseLostError
+from ..leases import GateTimeout, LeaseKeeper, LeaseLostError
+
+#: The longest a commit waits at its gate (``LeaseStore.wait_gate`` takes at most a week).
+MAX_GATE_TIMEOUT_SECONDS = 7 * 86400.0
 
 #: What happens to an overwrite whose partition a newer logical date already overwrote.
 STALE_OVERWRITE_ACTIONS = ("report", "skip", "apply")
@@ -44,6 +48,17 @@ STALE_OVERWRITE_ENV = "OCCFLOW_STALE_OVERWRITE"
 class LeaseLapsed(LeaseNotLive):
     """The write's lease lapsed, was lost or was superseded before the commit: the attempt is
     aborted without committing (someone else may hold the footprint now)."""
+
+
+class GateClosed(CommitRefused):
+    """The commit waited at its gate longer than its gate timeout for the leases it must commit
+    after (order-aware admission): aborted without committing. ``timeout`` is the ``GateTimeout``
+    that names them, the table and how long it waited."""
+
+    def __init__(self, timeout: GateTimeout, fence: int | None = None) -> None:
+        super().__init__(str(timeout))
+        self.timeout = timeout
+        self.fence = fence
 
 
 @dataclass(frozen=True)
@@ -178,7 +193,7 @@ class BeforeCommit:
     """The check a write makes right before its commit; engines call it as late as they can.
 
     First the lease's gate (``LeaseKeeper.wait_gate``: the leases this commit must follow have
-    ended), then the ledger (another live try of the task may have committed the write
+    ended; ``GateClosed`` when that takes longer than the gate timeout), then the ledger (another live try of the task may have committed the write
     meanwhile: ``AlreadyCommitted``), then the lease, last because it is the one that must hold at the
     commit (``LeaseLapsed`` when it lapsed, was lost or superseded). No keeper: admission is
     off; no guard: exactly-once is off.
@@ -186,12 +201,20 @@ class BeforeCommit:
 
     keeper: LeaseKeeper | None = None
     guard: ExactlyOnce | None = None
+    #: Seconds the commit may wait at its gate (``None``: no limit of its own) ...
+    gate_timeout: float | None = None
+    #: ... and the ``time.monotonic()`` by which the wait ends whatever is left of it (the
+    #: task's ``execution_timeout``, less a margin for the report); ``GateClosed`` past either.
+    gate_deadline: float | None = None
 
     def __call__(self) -> None:
         if self.keeper is not None:
             # Order-aware admission: the leases this commit must follow end first (a holder
             # that dies lets its lease lapse, and the gate opens then).
-            self.keeper.wait_gate()
+            try:
+                self.keeper.wait_gate(self.gate_wait_limit())
+            except GateTimeout as exc:
+                raise GateClosed(exc, self.keeper.fence) from exc
         if self.guard is not None:
             self.guard.ensure_not_committed()
         if self.keeper is None:
@@ -200,6 +223,14 @@ class BeforeCommit:
             self.keeper.ensure_live()
         except LeaseLostError as exc:
             raise LeaseLapsed(str(exc), self.keeper.fence) from exc
+
+    def gate_wait_limit(self) -> float | None:
+        """Seconds the commit may still wait at its gate now (``None``: no limit)."""
+        limit = self.gate_timeout
+        if self.gate_deadline is not None:
+            left = max(self.gate_deadline - time.monotonic(), 0.0)
+            limit = left if limit is None else min(limit, left)
+        return None if limit is None else min(limit, MAX_GATE_TIMEOUT_SECONDS)
 
 
 def from_context(

@@ -36,6 +36,7 @@ from airflow.sdk.exceptions import (
 from ..core.classify import classify
 from ..core.declaration import WriteDeclaration
 from ..core.errors import InvalidDeclarationError, conflict_error
+from ..core.fencing import CommitFence
 from ..core.kinds import Classification
 from ..core.observed import excess
 from ..core.policy import Action, Decision, WritePolicy
@@ -48,7 +49,7 @@ from ..engines.outcome import WriteOutcome
 from ..engines.tags import KEYS
 from ..engines.target import AttemptContext, TaskRef, WriteTarget
 from ..leases import LeaseKeeper
-from .exactly_once import BeforeCommit, ExactlyOnce, from_context
+from .exactly_once import BeforeCommit, ExactlyOnce, GateClosed, from_context
 from .history import WriteHistory, emit_metrics, store_history
 from .messages import attempt_line, engine_message, fitted_to_engine, sentence, why
 from .taskref import task_ref
@@ -104,6 +105,11 @@ class LeaseLostFailure(AirflowException):
     """The lease was not live at the commit ``MAX_LEASE_LOSSES`` times: Airflow's retries decide."""
 
 
+class GateTimeoutFailure(AirflowException):
+    """The commit waited at its gate longer than the gate timeout for the leases it must commit
+    after; nothing was committed. Airflow's retries decide (a new try is admitted afresh)."""
+
+
 @dataclass(frozen=True)
 class FlowSettings:
     """What the operator's parameters say about the run (beyond the declaration)."""
@@ -111,6 +117,10 @@ class FlowSettings:
     exactly_once: bool = True
     stale_overwrite: str = "report"
     reschedule_after_lease_loss: float = 2.0
+    #: Seconds a commit may wait at its gate (``BeforeCommit.gate_timeout``; ``None``: no limit)
+    #: and the ``time.monotonic()`` by which the wait ends anyway (``BeforeCommit.gate_deadline``).
+    gate_timeout: float | None = None
+    gate_deadline: float | None = None
 
 
 @dataclass
@@ -134,7 +144,9 @@ class WriteFlow:
         self._metrics_since = (len(self.history.lost), self.history.wasted_seconds)
         self._grant_to_start: float | None = None
         self._guard = self._exactly_once()
-        self.before_commit = BeforeCommit(self.keeper, self._guard)
+        self.before_commit = BeforeCommit(
+            self.keeper, self._guard, self.settings.gate_timeout, self.settings.gate_deadline
+        )
 
     @property
     def fence(self) -> int | None:
@@ -161,6 +173,12 @@ class WriteFlow:
             return 0.0
         return time.time() + (deadline - time.monotonic())
 
+    def _commit_fence(self) -> CommitFence | None:
+        """What the commit carries to fence out stalled writers whose leases lapsed; ``None``
+        without admission."""
+        keeper = self.keeper
+        return None if keeper is None else keeper.store.commit_fence(keeper.lease)
+
     # ------------------------------------------------------------------ the loop
 
     def run(self) -> WriteReport:
@@ -172,6 +190,8 @@ class WriteFlow:
                 outcome = self._attempt(later_try)
             except LeaseNotLive as lapsed:
                 self._abort_lease_lost(lapsed)  # raises
+            except GateClosed as closed:
+                self._fail_at_gate(closed)  # raises
             except WriteLost as lost:
                 elapsed = time.time() - self.history.first_started
                 decision = fitted_to_engine(
@@ -201,6 +221,7 @@ class WriteFlow:
             tag=None if self._guard is None else self._guard.tag,
             user_context=self.context,
             lease_live_until=self._live_until,
+            commit_fence=self._commit_fence,
         )
         try:
             outcome = self._run_target(attempt, later_try)
@@ -216,7 +237,7 @@ class WriteFlow:
             raise AirflowFailException(str(residue)) from residue
         except (AirflowFailException, AirflowSkipException, AirflowTaskTimeout, InvalidDeclarationError):
             raise
-        except LeaseNotLive:
+        except (LeaseNotLive, GateClosed):
             history.wasted_seconds += time.monotonic() - started
             raise
         except AlreadyCommitted as done:  # the job's own Delta txn id is in the table already: done
@@ -345,6 +366,17 @@ class WriteFlow:
         # Airflow's exception class is untyped.
         raise AirflowRescheduleException(when) from lapsed  # type: ignore[no-untyped-call]
 
+    def _fail_at_gate(self, closed: GateClosed) -> NoReturn:
+        """The commit waited at its gate past its timeout: nothing was committed; the try fails
+        with a report naming the leases it waited for (a new try is admitted afresh)."""
+        declaration = self.declaration
+        message = (
+            f"attempt {self.history.attempts} of {declaration.operation.value} on {declaration.table} "
+            f"aborted before its commit: {closed}"
+        )
+        self._end(WriteStatus.FAILED, error=message)
+        raise GateTimeoutFailure(message) from closed
+
     # ------------------------------------------------------------------ the report
 
     def report(
@@ -402,10 +434,16 @@ class WriteFlow:
         race = outcome.tag.get(DUPLICATE_COMPACTION)
         if race:
             # Committed, and the table now holds rows twice: loud, never "committed, 0 conflicts".
+            if self.keeper is None:
+                cause = ("Admission keeps two compactions of one table apart; this DAG ran them without it "
+                         "(admission=False / allow_unsafe_concurrency=True)")
+            else:
+                state = self.keeper.why or "its keeper did not see it lapse"
+                cause = ("Admission was on: a lease lapsed while a compaction ran (a stalled writer whose "
+                         f"lease the store gave to the other; this write's lease: {state})")
             raise AirflowFailException(
                 f"{d.operation.value} on {d.table} committed ({_commit_text(report)}) beside a concurrent "
-                f"compaction of the same files: {race}. Admission keeps two compactions of one table apart; "
-                "this DAG ran them without it (admission=False / allow_unsafe_concurrency=True)"
+                f"compaction of the same files: {race}. {cause}"
             )
         if outcome.tag.get("exactly_once"):  # found in the table, not written again by this try
             self.log.info(
@@ -483,6 +521,7 @@ __all__ = [
     "MAX_LEASE_LOSSES",
     "ConflictFailure",
     "FlowSettings",
+    "GateTimeoutFailure",
     "LeaseLostFailure",
     "WriteFlow",
     "WriteLost",

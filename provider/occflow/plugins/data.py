@@ -13,7 +13,10 @@ Three sources, all read-only:
   that claims to be a report and is not one is shown as malformed, never a 500.
 
 A report carries its lease's fencing token, and a grant event carries the same token for the
-same table: that pair ties a write to its lease. The store files a delta-rs table under its
+same table and names the task instance it was granted to: a write is tied to a lease only when
+all three agree (table, fence, and the grant's task instance and try are the report's), so a
+report pushed by another task cannot claim a lease by its table and fence alone. A row shows at
+most ``ATTEMPTS_FIRST`` + ``ATTEMPTS_LAST`` lost attempts and says how many it leaves out. The store files a delta-rs table under its
 location (``core.identifiers.canonical_location``), other tables under their canonical name; a
 table filter by name also finds the location a ``DeltaWriteOperator`` without ``path`` writes
 (``default_delta_location``, from the same ``OCCFLOW_HOME`` the workers read) and the locations
@@ -44,6 +47,10 @@ REPORT_XCOM_KEYS = ("occflow_report", "return_value")
 #: shown even when they pushed no report (waiting for admission, killed).
 WRITE_OPERATORS = ("DeltaWriteOperator", "SparkWriteOperator", "SparkSubmitWriteOperator", "MaxComputeWriteOperator")
 MAX_LIMIT = 1000
+#: A row shows its first and last lost attempts and the count of the rest: a report with 50,000
+#: lost attempts (written by a runaway loop or a hostile task) must not make a 20 MB page.
+ATTEMPTS_FIRST = 20
+ATTEMPTS_LAST = 5
 
 Readable = Callable[[str], bool]
 
@@ -202,6 +209,7 @@ def lease_spans(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "task_id": task_id or None,
                 "map_index": map_index,
                 "run_id": e.get("run_id") or None,
+                "try_number": e.get("try_number"),
                 "table": e["table_name"],
                 "operation": e["operation"],
                 "profile": e["profile"],
@@ -268,6 +276,18 @@ def _attempts(report: WriteReport) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: r["attempt"])
 
 
+def _bounded(attempts: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """The first ``ATTEMPTS_FIRST`` and last ``ATTEMPTS_LAST`` attempts, and how many lie between."""
+    left_out = len(attempts) - ATTEMPTS_FIRST - ATTEMPTS_LAST
+    if left_out <= 0:
+        return attempts, 0
+    return attempts[:ATTEMPTS_FIRST] + attempts[-ATTEMPTS_LAST:], left_out
+
+
+def _is_conflict(attempt: Mapping[str, Any]) -> bool:
+    return attempt["kind"] not in (None, "lease_lost", "not_a_conflict")
+
+
 def _write_row(ti: Any, report: WriteReport | str | None) -> dict[str, Any]:
     state = getattr(ti.state, "value", ti.state)
     row: dict[str, Any] = {
@@ -289,8 +309,11 @@ def _write_row(ti: Any, report: WriteReport | str | None) -> dict[str, Any]:
     if not isinstance(report, WriteReport):
         row.update(table=None, table_key=None, operation=None, partitions=None, committed=None, status=None, version=None,
                    snapshot_id=None, attempts=None, conflicts=[], wasted_seconds=None, fence=None, engine=None,
-                   rows=None, error=None, grant_to_start_seconds=None)
+                   rows=None, error=None, grant_to_start_seconds=None, conflict_count=0,
+                   conflicts_left_out=0)
         return row
+    attempts = _attempts(report)
+    shown, left_out = _bounded(attempts)
     row.update(
         table=report.table,
         table_key=report.table_key,  # the store's key for the table when it is a location
@@ -301,7 +324,10 @@ def _write_row(ti: Any, report: WriteReport | str | None) -> dict[str, Any]:
         version=report.version,
         snapshot_id=report.snapshot_id,
         attempts=report.attempts,
-        conflicts=_attempts(report),
+        conflicts=shown,
+        # Lost attempts not in ``conflicts`` (they lie after its first ``ATTEMPTS_FIRST``).
+        conflicts_left_out=left_out,
+        conflict_count=sum(1 for a in attempts if _is_conflict(a)),
         wasted_seconds=round(report.wasted_seconds, 3),
         fence=report.fence,
         engine=report.engine,
@@ -394,8 +420,23 @@ class _Stored:
 # ----------------------------------------------------------------- together
 
 
+def granted_to(span: Mapping[str, Any], write: Mapping[str, Any]) -> bool:
+    """Whether the span's grant names the write's task instance (DAG, task, run, map index) and,
+    where both know it, its try. A grant that names no task instance (a script's lease, an event
+    from before the store kept holders) is no write's: nothing ties it to one."""
+    if span.get("dag_id") is None:
+        return False
+    mine = (write["dag_id"], write["task_id"], write["run_id"], write["map_index"])
+    if (span["dag_id"], span["task_id"], span["run_id"], span["map_index"]) != mine:
+        return False
+    tries = span.get("try_number"), write.get("try_number")
+    return not all(tries) or tries[0] == tries[1]
+
+
 def _link(writes: Sequence[dict[str, Any]], spans: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Attach each write's lease (same table, same fencing token); the spans left over."""
+    """Attach each write's lease (same table, same fencing token, granted to the write's own task
+    instance: a report can say any table and fence, the store's grant says whose lease it is);
+    the spans left over."""
     by_fence: dict[int, list[dict[str, Any]]] = {}
     for span in spans:
         if span["fence"]:
@@ -405,7 +446,8 @@ def _link(writes: Sequence[dict[str, Any]], spans: Sequence[dict[str, Any]]) -> 
         if not write.get("fence"):
             continue
         for span in by_fence.get(int(write["fence"]), []):
-            if span["lease_id"] not in used and same_table(span["table"], write["table_key"] or write["table"]):
+            if (span["lease_id"] not in used and granted_to(span, write)
+                    and same_table(span["table"], write["table_key"] or write["table"])):
                 write["lease"] = _span_view(span)
                 used.add(span["lease_id"])
                 break
@@ -474,7 +516,6 @@ def table_names(writes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
 
 def _totals(writes: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     writes = list(writes)
-    conflicts = [c for w in writes for c in w["conflicts"] if c["kind"] not in (None, "lease_lost", "not_a_conflict")]
     timed = [float(w["grant_to_start_seconds"]) for w in writes if w.get("grant_to_start_seconds") is not None]
     return {
         "writes": len(writes),
@@ -483,7 +524,7 @@ def _totals(writes: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "skipped": sum(1 for w in writes if w.get("status") == "skipped"),
         "malformed": sum(1 for w in writes if w.get("malformed")),
         "attempts": sum(int(w["attempts"] or 0) for w in writes),
-        "conflicts": len(conflicts),
+        "conflicts": sum(int(w.get("conflict_count") or 0) for w in writes),
         "wasted_seconds": round(sum(float(w["wasted_seconds"] or 0.0) for w in writes), 3),
         "grant_to_start_seconds": None if not timed else round(sum(timed), 3),
     }

@@ -11,6 +11,8 @@ from urllib.parse import quote
 
 from jinja2 import Environment, select_autoescape
 
+from .data import ATTEMPTS_FIRST
+
 _env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
 
 
@@ -139,7 +141,9 @@ _TEMPLATE = _env.from_string(
  <td>{% if e.version is not none %}v{{ e.version }}{% elif e.snapshot_id %}snapshot {{ e.snapshot_id }}{% endif %}</td>
  <td><div class="bar">{% if loop.index0 in bars %}<span class="{{ 'lost' if e.conflicts else '' }}" style="left:{{ '%.2f' % bars[loop.index0].left }}%;width:{{ '%.2f' % bars[loop.index0].width }}%"></span>{% endif %}</div></td>
 </tr>
-{% for c in e.conflicts %}<tr class="attempt" data-testid="attempt-row" data-task="{{ e.task_id }}" data-kind="{{ c.kind }}">
+{% for c in e.conflicts %}{% if e.conflicts_left_out and loop.index0 == attempts_first %}<tr class="attempt" data-testid="attempts-left-out" data-task="{{ e.task_id }}" data-count="{{ e.conflicts_left_out }}">
+ <td></td><td></td><td colspan="10" class="muted">&hellip; and {{ e.conflicts_left_out }} more attempts (not shown)</td>
+</tr>{% endif %}<tr class="attempt" data-testid="attempt-row" data-task="{{ e.task_id }}" data-kind="{{ c.kind }}">
  <td></td><td></td><td colspan="2">attempt {{ c.attempt }} lost: <span class="kind">{{ c.kind }}</span></td>
  <td colspan="3">{% if c.winner %}winner: <b data-testid="winner">{{ c.winner }}</b>{% if c.winner_task %} <a data-testid="winner-task" href="{{ ti_url({'dag_id': c.winner_dag or e.dag_id, 'run_id': c.winner_run or e.run_id, 'task_id': c.winner_task, 'map_index': -1}) }}" target="_top">{{ c.winner_task }}</a>{% endif %}{% else %}<span class="muted">winner not known</span>{% endif %}</td>
  <td class="num">&rarr; {{ c.action or '?' }}</td><td></td>
@@ -178,4 +182,4 @@ document.querySelectorAll("button[data-release]").forEach(function (b) {
 
 def render(context: Mapping[str, Any]) -> str:
     entries = context["entries"]
-    return _TEMPLATE.render(**context, bars=_bars(entries))
+    return _TEMPLATE.render(**context, bars=_bars(entries), attempts_first=ATTEMPTS_FIRST)

@@ -13,12 +13,15 @@ retry / reschedule      ``RETRY`` with the derived delay: a new try re-runs the 
 fail                    ``FAIL``: no retry (protocol change, shared transaction id, unknown state)
 skip                    ``FAIL`` without retry: a retry policy cannot skip a task, and re-running
                         a compaction that lost to a data write is wasted work
-default                 ``DEFAULT``: not a conflict, the task's own ``retries`` decide
+default                 not a conflict: ``DEFAULT`` (Airflow's ordinary retry) while the task has
+                        made at most ``non_conflict_retries`` retries, then ``FAIL``
 ======================  =========================================================================
 
 Airflow caps ``RETRY`` at the task's ``retries``; set ``retries=policy.retries`` so the policy's
-own limits are the ones that apply. Airflow counts tries, not time: at this level the stages
-stop by their attempt limits (time limits govern in-task retries in occflow's operators).
+own limits are the ones that apply. Those retries are sized for conflicts, so a failure that is
+not one (an ordinary bug) is retried only ``non_conflict_retries`` times (default 0), not
+``policy.retries`` times. Airflow counts tries, not time: at this level the stages stop by their
+attempt limits (time limits govern in-task retries in occflow's operators).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from airflow.sdk.definitions.retry_policy import RetryAction, RetryDecision, Ret
 
 from .. import metrics
 from ..core.classify import classify
+from ..core.errors import InvalidDeclarationError
 from ..core.kinds import Classification
 from ..core.policy import Action, Decision, WritePolicy, derive_policy, overrides_to_dict
 from . import log_tail
@@ -65,6 +69,11 @@ class ConflictRetryPolicy(RetryPolicy):
     :param read_task_log: when the exception is not a conflict, classify the task's log tail
         too (the conflict text of a spark-submit driver is only in the log).
     :param log_tail_lines: how many of the try's last log lines to read.
+    :param non_conflict_retries: how many retries a failure that is not a conflict gets (default
+        0: an ordinary bug fails at once, whatever ``retries`` the conflicts need). Airflow keeps
+        no count per kind across tries, so it caps the try number: a failure that is not a
+        conflict is retried (Airflow's ordinary retry, with the task's ``retry_delay``) only
+        while the task has made at most this many retries, whatever failed the earlier tries.
     """
 
     def __init__(
@@ -76,6 +85,7 @@ class ConflictRetryPolicy(RetryPolicy):
         replans_from_fresh_snapshot: bool = True,
         read_task_log: bool = True,
         log_tail_lines: int = 80,
+        non_conflict_retries: int = 0,
     ) -> None:
         self.profile = profile
         self.operation = operation
@@ -84,6 +94,11 @@ class ConflictRetryPolicy(RetryPolicy):
         self.replans_from_fresh_snapshot = replans_from_fresh_snapshot
         self.read_task_log = read_task_log
         self.log_tail_lines = log_tail_lines
+        if isinstance(non_conflict_retries, bool) or not isinstance(non_conflict_retries, int) or non_conflict_retries < 0:
+            raise InvalidDeclarationError(
+                f"non_conflict_retries must be a whole number of retries >= 0, got {non_conflict_retries!r}"
+            )
+        self.non_conflict_retries = non_conflict_retries
         # Derived now so a bad profile, operation or override fails at DAG parse time.
         self.policy: WritePolicy = derive_policy(
             profile, operation, self.overrides, replans_from_fresh_snapshot=replans_from_fresh_snapshot
@@ -93,8 +108,9 @@ class ConflictRetryPolicy(RetryPolicy):
 
     @property
     def retries(self) -> int:
-        """Task ``retries`` that lets every retrying stage of every kind run to its limit."""
-        most = 0
+        """Task ``retries`` that lets every retrying stage of every kind run to its limit (and
+        ``non_conflict_retries``, if that is more)."""
+        most = self.non_conflict_retries
         for _, kind_policy in self.policy.kinds:
             total = 0
             for stage in kind_policy.stages():
@@ -140,12 +156,27 @@ class ConflictRetryPolicy(RetryPolicy):
         classification, decision = self.decide(exception, try_number, context)
         action = AIRFLOW_ACTION[decision.action]
         if action is RetryAction.DEFAULT:
-            return RetryDecision.default()
+            # A conflict kind overridden to ``default`` is left to Airflow as asked.
+            return RetryDecision.default() if classification.is_conflict else self._not_a_conflict(
+                classification, try_number
+            )
         # Airflow keeps 500 characters of the reason: the decision first, the evidence after.
         reason = f"occflow {decision.action.value}: {decision.reason} [{classification.reason}]"
         if action is RetryAction.FAIL:
             return RetryDecision.fail(reason)
         return RetryDecision.retry(delay=timedelta(seconds=decision.delay_seconds), reason=reason)
+
+    def _not_a_conflict(self, classification: Classification, try_number: int) -> RetryDecision:
+        """Airflow's ordinary retry while the task has made at most ``non_conflict_retries``
+        retries; then fail: the task's ``retries`` were sized for conflicts."""
+        retries_made = max(try_number, 1) - 1
+        if retries_made < self.non_conflict_retries:
+            return RetryDecision.default()
+        return RetryDecision.fail(
+            f"occflow fail: not a conflict, and non_conflict_retries={self.non_conflict_retries} "
+            f"({retries_made} retr{'y' if retries_made == 1 else 'ies'} made): the task's retries are "
+            f"for conflicts only [{classification.reason}]"
+        )
 
     def _report(
         self, classification: Classification, decision: Decision, try_number: int, context: Context | None
@@ -188,6 +219,7 @@ class ConflictRetryPolicy(RetryPolicy):
             "replans_from_fresh_snapshot": self.replans_from_fresh_snapshot,
             "read_task_log": self.read_task_log,
             "log_tail_lines": self.log_tail_lines,
+            "non_conflict_retries": self.non_conflict_retries,
         }
 
     @classmethod
@@ -200,6 +232,7 @@ class ConflictRetryPolicy(RetryPolicy):
             replans_from_fresh_snapshot=bool(data.get("replans_from_fresh_snapshot", True)),
             read_task_log=bool(data.get("read_task_log", True)),
             log_tail_lines=int(data.get("log_tail_lines", 80)),
+            non_conflict_retries=int(data.get("non_conflict_retries", 0)),
         )
 
     def __repr__(self) -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ...core.errors import InvalidDeclarationError
+from ...core.fencing import CommitFence
 from ..ledger import AlreadyCommitted
 from ..tags import APP_VERSION, FENCE, CommitTag
 
@@ -47,6 +48,9 @@ class CommitOptions:
     max_commit_retries: int | None = None
     before_commit: Callable[[], None] | None = field(default=None, compare=False, repr=False)
     fence: int | None = None
+    #: What the write must fence out (``core.fencing``), asked right after ``before_commit``:
+    #: a lapsed lease that lapsed meanwhile (one this write awaited at its gate) is fenced then.
+    commit_fence: Callable[[], CommitFence | None] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if (self.app_id is None) != (self.app_version is None):
@@ -65,16 +69,19 @@ class CommitOptions:
                 return options.merged_over(self)
         return self
 
-    def ready(self, snapshot: DeltaTable | None, commit_id: str) -> CommitProperties:
-        """The commit's properties, once the checks that must pass right before it have passed.
+    def ready(self, snapshot: DeltaTable | None, commit_id: str) -> tuple[CommitProperties, CommitFence | None]:
+        """The commit's properties, once the checks that must pass right before it have passed,
+        and the lease fence they carry.
 
-        Runs ``before_commit``; then, for an app transaction, refuses (``AlreadyCommitted``) when
-        ``snapshot``, the version the commit plans on, already holds it: delta-rs would accept
-        that second commit, since only ``txn`` actions committed after the snapshot conflict.
+        Runs ``before_commit``, then asks for the fence (``commit_fence``); then, for an app
+        transaction, refuses (``AlreadyCommitted``) when ``snapshot``, the version the commit
+        plans on, already holds it: delta-rs would accept that second commit, since only ``txn``
+        actions committed after the snapshot conflict.
         """
         options = self.resolved()
         if options.before_commit is not None:
             options.before_commit()
+        fence = None if options.commit_fence is None else options.commit_fence()
         if snapshot is not None and options.app_id is not None and options.app_version is not None:
             done = snapshot.transaction_version(options.app_id)
             if done is not None and int(done) >= options.app_version:
@@ -82,7 +89,7 @@ class CommitOptions:
                     f"version {snapshot.version()} of {snapshot.table_uri} already holds app transaction "
                     f"{options.app_id} (version {done}): the write is in the table, it is not committed again"
                 )
-        return options.properties(commit_id)
+        return options.properties(commit_id), fence
 
     def properties(self, commit_id: str) -> CommitProperties:
         from deltalake import CommitProperties, Transaction  # optional heavy dependency
@@ -110,6 +117,7 @@ class CommitOptions:
             max_commit_retries=other.max_commit_retries if self.max_commit_retries is None else self.max_commit_retries,
             before_commit=_both(other.before_commit, self.before_commit),
             fence=other.fence if self.fence is None else self.fence,
+            commit_fence=other.commit_fence if self.commit_fence is None else self.commit_fence,
         )
 
 
@@ -157,4 +165,5 @@ def deltars_commit(tag: CommitTag, base: CommitOptions | None = None) -> CommitO
         max_commit_retries=None if base is None else base.max_commit_retries,
         before_commit=None if base is None else base.before_commit,
         fence=tag.fence if base is None or base.fence is None else base.fence,
+        commit_fence=None if base is None else base.commit_fence,
     )

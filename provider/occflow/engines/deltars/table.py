@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...core.errors import InvalidDeclarationError
-from ...core.kinds import WinningCommit
+from ...core.fencing import LAPSED_FENCE_PROPERTY, CommitFence, fenced_up_to
+from ...core.kinds import ConflictKind, WinningCommit
 from ...core.operations import Operation
-from ..ledger import CommitRefused
+from ..ledger import CommitRefused, FencedOut
 from ..outcome import WriteOutcome
+from ..tags import FENCE as FENCE_KEY
 from .commit import COMMIT_ID_KEY, CommitOptions
 from .compaction import duplicate_compaction
 from .errors import classify_error, error_info
@@ -360,13 +362,19 @@ class DeltaRsTable:
             tag["app_version"] = str(options.app_version)
         start = time.perf_counter()
         table: DeltaTable | None = None
+        fence: CommitFence | None = None
         try:
             table = snapshot if snapshot is not None else (self.load() if load else None)
             if table is not None:
                 tag["read_version"] = str(table.version())
             # Last step before the engine call: the caller's before-commit check, and the snapshot
             # it plans on must not hold this write's app transaction yet (CommitOptions.ready).
-            metrics = fn(table, options.ready(table, commit_id))
+            props, fence = options.ready(table, commit_id)
+            if fence is not None and fence.supersedes:
+                # A lease this write awaited at its gate lapsed meanwhile: fence its stalled
+                # holder out now (this commit, planned before the fence, then retries after it).
+                self.fence_out(fence)
+            metrics = fn(table, props)
         except (InvalidDeclarationError, CommitRefused):
             raise  # a refused commit is the caller's decision, not an engine failure
         except Exception as exc:  # noqa: BLE001 - every engine failure becomes an outcome
@@ -381,6 +389,8 @@ class DeltaRsTable:
                 classification=classify_error(exc),
                 tag=tag,
             )
+            if fence is not None:
+                self._fenced_out(lost, fence)
             return lost.with_winner(self._winner(lost, table, options, scope))
         seconds = time.perf_counter() - start
         read_version = None if table is None else int(tag["read_version"])
@@ -400,6 +410,49 @@ class DeltaRsTable:
             rows=rows,
             tag=tag,
         )
+
+    def fence_out(self, fence: CommitFence, tries: int = 5) -> int | None:
+        """Make delta-rs refuse the commits of the stalled writers ``fence`` supersedes: one
+        metadata commit raising ``occflow.lapsed_fence`` to their highest token, so every commit
+        planned on an older snapshot fails the engine's own conflict check (``core.fencing``).
+        The version it committed; ``None`` when the table was fenced that far already."""
+        from deltalake import CommitProperties  # optional heavy dependency
+
+        for _ in range(tries):
+            table = self.load()
+            if not fence.needs_fencing(fenced_up_to(table.metadata().configuration)):
+                return None
+            info = {"occflow.operation": "fence", FENCE_KEY: str(fence.fence),
+                    "occflow.supersedes": ",".join(fence.supersedes)}
+            try:
+                table.alter.set_table_properties(
+                    {LAPSED_FENCE_PROPERTY: str(fence.superseded_fence)}, raise_if_not_exists=False,
+                    commit_properties=CommitProperties(custom_metadata=info),
+                )
+            except Exception as exc:  # noqa: BLE001 - delta-rs raises one error type for every failure
+                if classify_error(exc).kind.is_conflict:
+                    continue  # another writer (or fencer) committed first: read the table again
+                raise
+            return int(table.version())
+        raise CommitRefused(f"could not fence {self.uri} for lapsed lease(s) {', '.join(fence.supersedes)} "
+                            f"in {tries} tries: the table keeps changing")
+
+    def _fenced_out(self, lost: WriteOutcome, fence: CommitFence) -> None:
+        """Raise ``FencedOut`` when the lost commit was refused because this write's own lease
+        lapsed and a write admitted in its place fenced the table (``metadata_changed``)."""
+        if lost.classification is None or lost.classification.kind is not ConflictKind.METADATA_CHANGED:
+            return
+        try:
+            current = fenced_up_to(self.load().metadata().configuration)
+        except Exception:  # noqa: BLE001 - the table cannot be read: the conflict stands as it is
+            return
+        if fence.fenced_out_by(current):
+            raise FencedOut(
+                f"the lease of this write (fence {fence.fence}) lapsed while it ran, and a write admitted in "
+                f"its place fenced the table ({LAPSED_FENCE_PROPERTY}={current}): delta-rs refused this "
+                "commit, nothing was written",
+                fence.fence,
+            )
 
     def _winner(
         self, lost: WriteOutcome, table: DeltaTable | None, options: CommitOptions, scope: Mapping[str, Literal] | None

@@ -148,14 +148,21 @@ class DeltaRsTarget:
 
     def run_attempt(self, declaration: WriteDeclaration, attempt: AttemptContext) -> WriteOutcome:
         table = self.table
+        fence = attempt.commit_fence()
+        if fence is not None and fence.supersedes:
+            # Leases this write supersedes lapsed, their holders may be stalled inside delta-rs:
+            # before reading, make the engine refuse their commits (core.fencing).
+            table.fence_out(fence)
         snapshot = table.load()  # fresh for every attempt: a read-modify-write re-plans on it
         partition = single_partition(declaration)
         # before_commit: the lease is live and no other try committed this write (delta-rs runs
-        # it right before the engine call); the lease's fence goes into the commit info.
+        # it right before the engine call, which then reads, rewrites and commits: a stall in
+        # there is caught by the fence above, made by the write admitted in its place).
         commit = CommitOptions(
             metadata=attempt.commit_metadata(declaration),
             before_commit=attempt.before_commit,
             fence=attempt.fence,
+            commit_fence=attempt.commit_fence,
         )
         if self.write.job is not None:
             return self.write.job(table, snapshot, partition, commit, attempt.user_context)

@@ -22,6 +22,7 @@ from ...core.errors import InvalidDeclarationError
 from ...core.operations import Operation, parse_operation
 from ..ledger import CommitRefused
 from ..outcome import WriteOutcome
+from .attempt_fence import session_conf
 from .config import SparkConfig
 from .errors import classify_error, error_info
 from .iceberg_rewrite import run_statement
@@ -64,7 +65,8 @@ class SparkEngine:
                 return self._spark
             builder = SparkSession.builder.master(self.config.master)
             # The log settings act only when this call starts the JVM; a running one keeps its own.
-            conf = {**self.config.spark_conf(), **self.config.driver_log_conf()}
+            # On Iceberg the catalog checks each attempt's lease inside its commit (attempt_fence.py).
+            conf = session_conf({**self.config.spark_conf(), **self.config.driver_log_conf()}, self.config)
             _check_running_context(conf)
             for key, value in conf.items():
                 builder = builder.config(key, value)

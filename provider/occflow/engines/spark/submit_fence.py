@@ -14,6 +14,10 @@ bootstrap, from the Iceberg runtime jar and PySpark's Hadoop API jar, no network
 (``python -m occflow.engines.spark.submit_fence build``). Without the jar, on a catalog that is
 not Iceberg's ``SparkCatalog``, or on delta-spark, the driver checks only at the statement start
 and says so: in its log and in its outcome's ``lease_checked_at`` tag.
+
+An in-process session (``SparkWriteOperator``) gets the same catalog, in its ``thread`` scope
+(``CommitFence.attempt_conf``): the session serves every write of the process, so each commit
+checks the window of the attempt its thread runs (``attempt_fence.py``).
 """
 
 from __future__ import annotations
@@ -43,6 +47,13 @@ JAVA_SOURCES = Path(__file__).with_name("java")
 JAR_ENV = "OCCFLOW_LEASE_FENCE_JAR"
 #: How much life the lease must still have at the commit (clock skew, the catalog's swap).
 COMMIT_MARGIN = 1.0
+#: The lease-fenced catalog's properties (``LeaseWindow.java``, ``LeaseFencedCatalog.java``).
+WINDOW_KEY = "occflow.lease.window"
+FENCE_KEY = "occflow.lease.fence"
+MARGIN_KEY = "occflow.lease.commit-margin-seconds"
+#: Which window a commit checks: the catalog's own (a driver: one write) or its thread's attempt's.
+SCOPE_KEY = "occflow.lease.scope"
+THREAD_SCOPE = "thread"
 
 #: Outcome tags: where the driver's last lease check runs, and where a refused attempt was refused.
 LEASE_CHECKED_AT = "lease_checked_at"
@@ -179,6 +190,19 @@ class CommitFence:
                    margin: float = COMMIT_MARGIN) -> dict[str, str]:
         """``conf`` with the catalog wrapped (the catalog it wrapped named as its delegate) and
         the jar added; ``conf`` unchanged when the check is not at the commit."""
+        return self._wrapped(conf, {
+            WINDOW_KEY: str(Path(window).absolute()),
+            FENCE_KEY: str(int(fence)),
+            MARGIN_KEY: repr(float(margin)),
+        })
+
+    def attempt_conf(self, conf: Mapping[str, str]) -> dict[str, str]:
+        """``conf`` with the catalog wrapped for an in-process session that every write of the
+        process shares: each commit checks the window of the attempt its thread runs
+        (``attempt_fence.py``), not one window of the catalog; unchanged when not at the commit."""
+        return self._wrapped(conf, {SCOPE_KEY: THREAD_SCOPE})
+
+    def _wrapped(self, conf: Mapping[str, str], lease: Mapping[str, str]) -> dict[str, str]:
         out = dict(conf)
         if not self.at_commit:
             return out
@@ -189,9 +213,8 @@ class CommitFence:
             out[f"{prefix}.occflow.delegate.catalog-impl"] = impl
         if kind is not None:
             out[f"{prefix}.occflow.delegate.type"] = kind
-        out[f"{prefix}.occflow.lease.window"] = str(Path(window).absolute())
-        out[f"{prefix}.occflow.lease.fence"] = str(int(fence))
-        out[f"{prefix}.occflow.lease.commit-margin-seconds"] = repr(float(margin))
+        for key, value in lease.items():
+            out[f"{prefix}.{key}"] = value
         out["spark.jars"] = ",".join(j for j in (conf.get("spark.jars"), self.jar) if j)
         return out
 
@@ -220,8 +243,8 @@ def in_session(session_conf: Mapping[str, str], config: SparkConfig, window: str
     catalog = config.table_catalog
     prefix = f"spark.sql.catalog.{catalog}"
     if (session_conf.get(f"{prefix}.catalog-impl") == FENCED_CATALOG
-            and session_conf.get(f"{prefix}.occflow.lease.window") == str(Path(window).absolute())
-            and session_conf.get(f"{prefix}.occflow.lease.fence") == str(int(fence))):
+            and session_conf.get(f"{prefix}.{WINDOW_KEY}") == str(Path(window).absolute())
+            and session_conf.get(f"{prefix}.{FENCE_KEY}") == str(int(fence))):
         return CommitFence(AT_COMMIT, catalog=catalog, jar=session_conf.get("spark.jars", ""))
     planned = plan(config)
     if not planned.at_commit:
@@ -266,9 +289,14 @@ __all__ = [
     "AT_STATEMENT_START",
     "COMMIT_MARGIN",
     "FENCED_CATALOG",
+    "FENCE_KEY",
     "LEASE_CHECKED_AT",
     "LEASE_REFUSED_AT",
+    "MARGIN_KEY",
     "NOT_LIVE_EXCEPTION",
+    "SCOPE_KEY",
+    "THREAD_SCOPE",
+    "WINDOW_KEY",
     "CommitFence",
     "build",
     "built_jar",

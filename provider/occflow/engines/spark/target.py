@@ -6,25 +6,31 @@ attempt and every task of the process reuses the session.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ...core.declaration import WriteDeclaration
 from ...core.observed import ObservedFootprint
 from ...core.tablefacts import TableFacts
-from ..ledger import CommitLedger
+from ..ledger import CommitLedger, LeaseNotLive
 from ..outcome import WriteOutcome
 from ..target import AttemptContext
+from .attempt_fence import attempt_window, in_session
 from .ddl import create_table_sql
 from .facts import ENGINES as FACT_FORMATS
 from .facts import spark_table_facts
 from .iceberg import IcebergFormat
 from .observed import observe_iceberg_snapshot
 from .session import SparkEngine
+from .submit_fence import LEASE_CHECKED_AT, CommitFence, commit_refusal
+
+_log = logging.getLogger(__name__)
 
 
 @functools.cache
@@ -74,16 +80,44 @@ class SparkTarget:
         if self.job_for is None:
             raise ValueError(f"no job to run on {self.table}")
         job = self.job_for(declaration)
-        # Each attempt plans again: the engine's catalog does not cache tables, so the job reads
-        # the table's current snapshot (the fresh snapshot in-task retries rely on). before_commit
-        # runs right before the SQL statement that writes (a callable: before it starts).
-        return self.engine.run(
-            job,
-            declaration.table,
-            declaration.operation,
-            params=dict(self.params),
-            before_commit=attempt.before_commit,
-        )
+        engine = self.engine
+        fence = self._commit_fence(attempt)
+        with self._lease_window(fence, attempt):
+            # Each attempt plans again: the engine's catalog does not cache tables, so the job
+            # reads the table's current snapshot (the fresh snapshot in-task retries rely on).
+            # before_commit runs right before the SQL statement that writes (a callable: before
+            # it starts); on Iceberg the lease is checked once more inside the commit itself.
+            outcome = engine.run(
+                job,
+                declaration.table,
+                declaration.operation,
+                params=dict(self.params),
+                before_commit=attempt.before_commit,
+            )
+        refused = commit_refusal(outcome)
+        if refused is not None:  # nothing was committed: the flow's lease-loss path, not a conflict
+            raise LeaseNotLive(f"the write did not commit (refused inside its commit): {refused}", attempt.fence)
+        if fence is None:
+            return outcome
+        return replace(outcome, tag={**outcome.tag, LEASE_CHECKED_AT: fence.checked_at})
+
+    def _commit_fence(self, attempt: AttemptContext) -> CommitFence | None:
+        """Where this attempt's lease is checked last (``None``: it runs under no lease); said
+        in the log when it is not inside the commit, as for a spark-submit driver."""
+        if attempt.fence is None:
+            return None
+        engine = self.engine
+        found = in_session(engine.session(), engine.config)
+        if not found.at_commit:
+            _log.warning("Spark write to %s: %s", self.table, found.describe())
+        return found
+
+    def _lease_window(
+        self, fence: CommitFence | None, attempt: AttemptContext
+    ) -> contextlib.AbstractContextManager[object]:
+        if fence is None or not fence.at_commit or attempt.fence is None:
+            return contextlib.nullcontext()
+        return attempt_window(self.engine.session(), attempt.fence, attempt.lease_live_until)
 
     def commit_ledger(self, only_if: Mapping[str, str] | None = None) -> CommitLedger | None:
         """The ledger the table format keeps (Iceberg snapshots, Delta history); ``None`` for

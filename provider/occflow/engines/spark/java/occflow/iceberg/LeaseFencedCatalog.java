@@ -37,15 +37,24 @@ import org.apache.iceberg.view.ViewBuilder;
  * {@link BaseTable}s with {@link LeaseFencedOperations}; create and replace transactions are
  * {@link LeaseFencedTransaction}s; drop, rename and register are checked first. Namespaces and
  * views pass through unchecked (they hold no table data).
+ *
+ * <p>Which window a commit checks is the catalog's {@code occflow.lease.scope}: {@code catalog}
+ * (the default; a spark-submit driver runs one write, whose window the catalog's own properties
+ * name) or {@code thread} (an in-process session that every write of the process shares: the
+ * window of the attempt the committing thread runs, {@link AttemptWindow}).
  */
 public class LeaseFencedCatalog
     implements Catalog, SupportsNamespaces, ViewCatalog, Configurable, Closeable {
   public static final String DELEGATE_IMPL = "occflow.delegate.catalog-impl";
   public static final String DELEGATE_TYPE = "occflow.delegate.type";
+  public static final String SCOPE = "occflow.lease.scope";
+  public static final String SCOPE_CATALOG = "catalog";
+  public static final String SCOPE_THREAD = "thread";
 
   private String name;
   private Catalog delegate;
-  private LeaseWindow window;
+  private LeaseCheck window;
+  private String fenceText;
   private Configuration conf;
 
   @Override
@@ -61,7 +70,20 @@ public class LeaseFencedCatalog
   @Override
   public void initialize(String catalogName, Map<String, String> properties) {
     this.name = catalogName;
-    this.window = LeaseWindow.fromProperties(catalogName, properties);
+    String scope = properties.getOrDefault(SCOPE, SCOPE_CATALOG);
+    if (SCOPE_THREAD.equals(scope)) {
+      this.window = AttemptWindow::check;
+      this.fenceText = "the committing thread's attempt window";
+    } else if (SCOPE_CATALOG.equals(scope)) {
+      LeaseWindow own = LeaseWindow.fromProperties(catalogName, properties);
+      this.window = own;
+      this.fenceText = "fence " + own.fence();
+    } else {
+      throw new IllegalArgumentException(
+          String.format(
+              "occflow's lease-fenced catalog %s: %s must be %s or %s, got %s",
+              catalogName, SCOPE, SCOPE_CATALOG, SCOPE_THREAD, scope));
+    }
     Map<String, String> own = new HashMap<>();
     properties.forEach(
         (key, value) -> {
@@ -86,7 +108,7 @@ public class LeaseFencedCatalog
 
   @Override
   public String toString() {
-    return "LeaseFencedCatalog(" + delegate + ", fence " + window.fence() + ")";
+    return "LeaseFencedCatalog(" + delegate + ", " + fenceText + ")";
   }
 
   private Table fenced(Table table) {

@@ -14,10 +14,10 @@ import org.apache.iceberg.io.LocationProvider;
  */
 final class LeaseFencedOperations implements TableOperations {
   private final TableOperations delegate;
-  private final LeaseWindow window;
+  private final LeaseCheck window;
   private final String table;
 
-  LeaseFencedOperations(TableOperations delegate, LeaseWindow window, String table) {
+  LeaseFencedOperations(TableOperations delegate, LeaseCheck window, String table) {
     this.delegate = delegate;
     this.window = window;
     this.table = table;

@@ -26,10 +26,10 @@ import org.apache.iceberg.UpdateStatistics;
  */
 final class LeaseFencedTransaction implements Transaction {
   private final Transaction delegate;
-  private final LeaseWindow window;
+  private final LeaseCheck window;
   private final String table;
 
-  LeaseFencedTransaction(Transaction delegate, LeaseWindow window, String table) {
+  LeaseFencedTransaction(Transaction delegate, LeaseCheck window, String table) {
     this.delegate = delegate;
     this.window = window;
     this.table = table;

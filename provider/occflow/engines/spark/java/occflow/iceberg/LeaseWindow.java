@@ -17,7 +17,7 @@ import org.apache.iceberg.util.JsonUtil;
  * <p>Read on every check, never cached: the point is to see the task's latest word at the commit.
  * {@code main} runs one check from the command line (the tests hold it against the Python check).
  */
-public final class LeaseWindow {
+public final class LeaseWindow implements LeaseCheck {
   public static final String WINDOW = "occflow.lease.window";
   public static final String FENCE = "occflow.lease.fence";
   public static final String MARGIN = "occflow.lease.commit-margin-seconds";
@@ -52,6 +52,7 @@ public final class LeaseWindow {
   }
 
   /** Throws {@link LeaseNotLiveException} unless the lease is live for the margin from now. */
+  @Override
   public void check(String what) {
     String refusal = refusal(System.currentTimeMillis() / 1000.0);
     if (refusal != null) {
