@@ -14,6 +14,16 @@ which task instance) to ``--intent``; after a ``kill -9`` the injector starts a 
 
 Against an occflow without fenced leases (``--unfenced`` or no ``ensure_live``), it commits
 without the check, as the operators did.
+
+With ``--delta PATH`` the commit is real: the worker writes the partitioned delta-rs table at
+``PATH`` (partition column ``ds``) through ``DeltaRsTarget.run_attempt``, as an operator runs a
+delta-rs write (``BeforeCommit(keeper)`` right before the engine call, the lease's fence on the
+commit, and the commit fence from the store: a write admitted over a lapsed lease first fences
+the table). It compacts, appends a few rows with ids no other write uses, overwrites or deletes
+one ``ds`` partition. Right after its last check (``before_commit``, then the commit fence) it
+marks itself as inside the engine call in ``--marker`` and the engine works ``--engine-pause``
+seconds: the test's injector stops it (SIGSTOP) there, past its TTL. ``--no-commit-fence`` takes
+the fence away (no fence asked, none made): the planted fault that shows the oracle can fail.
 """
 
 from __future__ import annotations
@@ -41,6 +51,17 @@ OPERATIONS = {
 }
 WHOLE_TABLE_SHARE = 0.05
 
+# -- delta mode: a real delta-rs table --------------------------------------------------------
+DELTA_TABLE, DELTA_PROFILE = "db.events", "delta-rs"
+DELTA_PARTITIONS = ("1", "2", "3")
+#: Weighted: appends bring the files that compactions merge, overwrites and deletes rewrite them.
+DELTA_OPERATIONS = ("optimize", "optimize", "insert_into", "insert_into", "insert_into", "insert_overwrite",
+                    "delete")
+#: The control run (``--control``): compactions and appends of one partition only, so a stalled
+#: compaction without the fence meets a compaction admitted in its place (rows doubled).
+CONTROL_OPERATIONS, CONTROL_PARTITIONS = ("optimize", "insert_into"), ("1",)
+ROWS_PER_WRITE = 3
+
 
 def random_intent(rnd: random.Random, worker: int, cycle: int) -> dict[str, Any]:
     """What to request next: table, profile, operation, footprint, and the task instance."""
@@ -56,6 +77,17 @@ def random_intent(rnd: random.Random, worker: int, cycle: int) -> dict[str, Any]
         "table": table, "profile": profile, "operation": rnd.choice(OPERATIONS[profile]),
         "footprint": footprint, "dag_id": "adversarial", "task_id": f"w{worker}", "run_id": f"c{cycle}",
         "try_number": 1,
+    }
+
+
+def random_delta_intent(rnd: random.Random, worker: int, cycle: int, control: bool) -> dict[str, Any]:
+    """A write of one ``ds`` partition of the delta-rs table."""
+    operations, partitions = (CONTROL_OPERATIONS, CONTROL_PARTITIONS) if control else (DELTA_OPERATIONS,
+                                                                                      DELTA_PARTITIONS)
+    return {
+        "table": DELTA_TABLE, "profile": DELTA_PROFILE, "operation": rnd.choice(operations),
+        "footprint": [{"ds": rnd.choice(partitions)}], "dag_id": "adversarial", "task_id": f"w{worker}",
+        "run_id": f"c{cycle}", "try_number": 1,
     }
 
 
@@ -117,6 +149,82 @@ def hold_and_commit(store: LeaseStore, lease: Any, intent: dict[str, Any], args:
         store.release(lease)
 
 
+def write_json(path: Path, record: dict[str, Any]) -> None:
+    part = path.with_suffix(".part")
+    part.write_text(json.dumps(record))
+    os.replace(part, path)
+
+
+def hold_and_write(store: LeaseStore, lease: Any, intent: dict[str, Any], args: argparse.Namespace,
+                   rnd: random.Random, log: Log) -> None:
+    """Hold the lease a while, then write the delta-rs table as an operator does
+    (``DeltaRsTarget.run_attempt``), retrying a lost conflict from a fresh snapshot; log what
+    happened. The marker says when the worker is inside the engine call (after its last check)."""
+    # optional heavy dependencies (pyarrow, deltalake), needed in delta mode only
+    import pyarrow as pa
+
+    from occflow.core.declaration import WriteDeclaration
+    from occflow.engines.deltars.target import DeltaRsTarget, DeltaRsWrite
+    from occflow.engines.ledger import CommitRefused, FencedOut
+    from occflow.engines.target import AttemptContext
+    from occflow.operators.exactly_once import BeforeCommit
+
+    ds = intent["footprint"][0]["ds"]
+    record = {**intent, "lease_id": lease.lease_id, "fence": lease.fence, "pid": os.getpid()}
+    # ids no other write (nor another try of this one: its generation differs) ever uses
+    first_id = ((args.seed * 100_000 + int(intent["run_id"][1:])) * 10 + intent["try_number"]) * 100
+
+    def rows(_context: Any, _snapshot: Any) -> Any:
+        ids = list(range(first_id, first_id + ROWS_PER_WRITE))
+        return pa.table({"id": pa.array(ids, pa.int64()), "ds": pa.array([ds] * len(ids), pa.string()),
+                         "writer": pa.array([args.worker] * len(ids), pa.int64())})
+
+    declaration = WriteDeclaration.create(intent["table"], intent["operation"], intent["profile"],
+                                          partitions={"ds": ds})
+    target = DeltaRsTarget(str(args.delta), write=DeltaRsWrite(data=rows), table_name=intent["table"])
+    with LeaseKeeper(store, lease, interval=args.ttl / 3) as keeper:
+        time.sleep(rnd.uniform(0.02, args.hold_max))
+        check = BeforeCommit(keeper)
+        for number in (1, 2, 3):
+            checked = False
+
+            def before_commit() -> None:
+                nonlocal checked
+                check()  # the gate, then the lease: the last check before the engine call
+                checked = True
+
+            def commit_fence() -> Any:
+                fence = None if args.no_commit_fence else store.commit_fence(keeper.lease)
+                if checked:  # asked right after the last check: the engine call starts now
+                    write_json(args.marker, {"state": "in", "pid": os.getpid(), "lease_id": lease.lease_id,
+                                             "operation": intent["operation"], "ds": ds, "t": time.time()})
+                    time.sleep(args.engine_pause)  # the engine at work (reading, rewriting files)
+                return fence
+
+            attempt = AttemptContext(number=number, before_commit=before_commit, fence=lease.fence,
+                                     commit_fence=commit_fence)
+            try:
+                outcome = target.run_attempt(declaration, attempt)
+            except FencedOut as exc:
+                log.write({**record, "kind": "fenced_out", "why": str(exc), "t": time.time()})
+                break
+            except CommitRefused as exc:  # the lease lapsed before the engine call, or a gate timed out
+                log.write({**record, "kind": "abort", "why": str(exc), "t": time.time()})
+                break
+            finally:
+                write_json(args.marker, {"state": "out", "pid": os.getpid(), "t": time.time()})
+            kind = outcome.classification.kind if outcome.classification is not None else None
+            if outcome.committed:
+                log.write({**record, "kind": "commit", "version": outcome.version, "t_commit": time.time()})
+                break
+            log.write({**record, "kind": "lost", "attempt": number, "t": time.time(),
+                       "why": kind.value if kind is not None else str(outcome.error)})
+            if kind is None or not kind.is_conflict:
+                break  # not a conflict: a retry would fail the same way
+    with contextlib.suppress(Exception):  # the store is down: the lease lapses after its TTL
+        store.release(lease)
+
+
 def cycle(store: LeaseStore, intent: dict[str, Any], args: argparse.Namespace, rnd: random.Random,
           log: Log) -> None:
     holder = Holder(intent["dag_id"], intent["task_id"], intent["run_id"], intent["try_number"])
@@ -130,7 +238,7 @@ def cycle(store: LeaseStore, intent: dict[str, Any], args: argparse.Namespace, r
     write_intent(args.intent, intent)
     lease = acquire(store, request, args.stop, rnd)
     if lease is not None:
-        hold_and_commit(store, lease, intent, args, rnd, log)
+        (hold_and_commit if args.delta is None else hold_and_write)(store, lease, intent, args, rnd, log)
 
 
 def main() -> None:
@@ -145,6 +253,11 @@ def main() -> None:
     parser.add_argument("--hold-max", type=float, default=0.6)
     parser.add_argument("--retry", action="store_true", help="first ask again for --intent as the next try")
     parser.add_argument("--unfenced", action="store_true", help="commit without ensure_live (as before fencing)")
+    parser.add_argument("--delta", type=Path, help="write this delta-rs table for real (partition column ds)")
+    parser.add_argument("--marker", type=Path, help="delta mode: where the worker says it is inside the engine")
+    parser.add_argument("--engine-pause", type=float, default=0.3, help="delta mode: the engine's work, seconds")
+    parser.add_argument("--no-commit-fence", action="store_true", help="delta mode: no commit fence (planted)")
+    parser.add_argument("--control", action="store_true", help="delta mode: compactions and appends of ds=1")
     args = parser.parse_args()
     rnd = random.Random(args.seed)
     store = LeaseStore.from_url(args.url, history=True, create=False)
@@ -157,7 +270,9 @@ def main() -> None:
         cycle(store, intent, args, rnd, log)
     number = first
     while not args.stop.exists():
-        cycle(store, random_intent(rnd, args.worker, number), args, rnd, log)
+        intent = (random_intent(rnd, args.worker, number) if args.delta is None
+                  else random_delta_intent(rnd, args.worker, number, args.control))
+        cycle(store, intent, args, rnd, log)
         number += 1
     store.dispose()
 

@@ -26,7 +26,9 @@ from urllib.parse import urlsplit
 
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
+from airflow.sdk.log import mask_secret
 
+from ..core.secrets import secret_values
 from ..engines.deltars.location import table_location
 from ..engines.spark import SparkConfig, SparkConfigError
 from .extras import MAX_DEPTH, connection_extras, nesting_depth
@@ -84,6 +86,14 @@ def config_from_connection(host: str | None, extras: Mapping[str, Any]) -> dict[
     if host and "master" not in data and "remote" not in data:
         data["remote" if host.startswith("sc:") else "master"] = host
     return SparkConfig.from_dict(data).to_dict()
+
+
+def mask_config_secrets(config: Mapping[str, Any]) -> None:
+    """Hide the values of the config's secret settings (``core.secrets``: an S3 secret key, a
+    catalog token) in every log line of this task. Airflow masks a connection's extras by its own
+    list of names, which misses ``conf`` stored as JSON text and names such as ``...account.key``."""
+    for value in secret_values(config):
+        mask_secret(value)
 
 
 def _json_field(key: str, value: str) -> Any:
@@ -186,6 +196,8 @@ class OccflowSparkHook(BaseHook):
                 return SparkConfig().to_dict()
             raise
         try:
-            return config_from_connection(conn.host, connection_extras(conn, self.conn_id))
+            config = config_from_connection(conn.host, connection_extras(conn, self.conn_id))
         except SparkConfigError as exc:  # say which connection's extras (or host) to mend
             raise SparkConfigError(f"connection {self.conn_id!r} (host or extras): {exc}", exc.problems) from None
+        mask_config_secrets(config)
+        return config

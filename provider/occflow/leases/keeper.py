@@ -88,8 +88,10 @@ class LeaseKeeper:
             self._lose(f"the heartbeat thread died: {type(exc).__name__}: {exc}")
 
     def _beat_until_stopped(self) -> None:
-        # A lease read from elsewhere has no local deadline yet: beat at once to get one.
-        wait = 0.0 if self._deadline is None else self.interval
+        # A lease read from elsewhere has no local deadline yet, and a fresh grant is on
+        # probation (GRANT_PROBATION) until its first heartbeat: beat at once.
+        on_probation = (self.lease.expires - self.lease.heartbeat).total_seconds() < self.lease.ttl
+        wait = 0.0 if self._deadline is None or on_probation else self.interval
         failures = 0
         while not self._stop.wait(wait):
             try:

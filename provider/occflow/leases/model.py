@@ -225,6 +225,13 @@ class AdmissionPriorities:
         return self.compaction_head_start if operation.is_compaction else self.data_write_head_start
 
 
+#: Seconds a granted lease lives until its holder's first heartbeat proves it alive: a holder
+#: killed between the grant and its keeper's first beat (a worker, a scheduler, a triggerer
+#: killed -9) blocks the footprint this long at most, not its whole TTL. The first heartbeat
+#: extends the lease to its TTL.
+GRANT_PROBATION = 30.0
+
+
 @dataclass(frozen=True)
 class LeaseRequest:
     """A request to write ``operation`` on a footprint of ``table`` under ``profile``.
@@ -245,6 +252,13 @@ class LeaseRequest:
     #: it commits), so order-aware admission may grant it beside a live lease it must commit
     #: after. A writer that cannot promise that (a caller of the bare store) is never gated.
     commit_gate: bool = False
+    #: Seconds the lease lives from its grant until the holder's first heartbeat.
+    probation: float = GRANT_PROBATION
+
+    @property
+    def first_ttl(self) -> float:
+        """How long the lease lives from its grant until the first heartbeat (``probation``)."""
+        return min(self.ttl, self.probation)
 
     @classmethod
     def create(
@@ -260,6 +274,7 @@ class LeaseRequest:
         queue_ttl: float = 120.0,
         request_id: str | None = None,
         commit_gate: bool = False,
+        probation: float = GRANT_PROBATION,
     ) -> LeaseRequest:
         """Validate table, profile, operation and footprint; errors say what would be right.
         The table is kept as its canonical identity: a location already made canonical by the
@@ -298,6 +313,7 @@ class LeaseRequest:
             queue_ttl=checked_seconds("queue_ttl", queue_ttl),
             request_id=request_id or uuid.uuid4().hex,
             commit_gate=commit_gate,
+            probation=checked_seconds("probation", probation),
         )
 
     @classmethod

@@ -70,7 +70,7 @@ def lease_rows(
         **holder_values(request.holder),
         "acquired_at": now,
         "heartbeat_at": now,
-        "expires_at": now + request.ttl,
+        "expires_at": now + request.first_ttl,  # on probation until the first heartbeat
         "ttl": request.ttl,
         "fence": fence,
         "commit_gate": int(request.commit_gate),
@@ -155,9 +155,9 @@ def granted_lease(
         holder=request.holder,
         acquired=from_epoch(now),
         heartbeat=from_epoch(now),
-        expires=from_epoch(now + request.ttl),
+        expires=from_epoch(now + request.first_ttl),
         ttl=request.ttl,
         fence=fence,
-        valid_until=sent + request.ttl,
+        valid_until=sent + request.first_ttl,
         awaits=awaits,
     )

@@ -306,7 +306,7 @@ class TableTransaction:
             ])
         if queued:
             self.conn.execute(Q.delete().where(Q.c.request_id == request.request_id))
-        self.request_event("grant", request, lease_id=lease_id, expires_at=self.now + request.ttl, fence=fence,
+        self.request_event("grant", request, lease_id=lease_id, expires_at=self.now + request.first_ttl, fence=fence,
                            awaits=json.dumps(sorted(awaits)) if awaits else None,
                            holds=json.dumps(sorted(holds)) if holds else None)
         return granted_lease(request, lease_id, self.now, fence, sent, frozenset(awaits))

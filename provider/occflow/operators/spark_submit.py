@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from ..engines.spark.lease_window import WindowPublisher, window_path
 from ..engines.spark.submit_ledger import submit_tag
 from ..engines.spark.submit_target import SparkSubmitTarget
 from ..engines.target import AttemptContext
-from ..hooks.spark import DEFAULT_CONN_ID, OccflowSparkHook, embedded_home
+from ..hooks.spark import DEFAULT_CONN_ID, OccflowSparkHook, embedded_home, mask_config_secrets
 from .base import OccflowWriteOperator
 from .lineage import spark_table_location
 from .spark import (
@@ -185,7 +186,9 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
             tag=submit_tag(),
             lease_window=None if window is None else (window.path, fence),
         )
-        self.log.info("submitted driver pid %s, outcome %s, log %s", submitted.pid, path, submitted.log_path)
+        # The command names the files holding the conf and config, never a setting (submit_files.py).
+        self.log.info("submitted driver pid %s, outcome %s, log %s: %s", submitted.pid, path, submitted.log_path,
+                      shlex.join(submitted.command))
         self._attempt_state["path"] = str(path)
         return str(path)
 
@@ -223,6 +226,7 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
 
     def session_config(self) -> dict[str, Any]:
         if self.spark_config is not None:
+            mask_config_secrets(self.spark_config)
             return dict(self.spark_config)
         return OccflowSparkHook(self.occflow_spark_conn_id).session_config()
 

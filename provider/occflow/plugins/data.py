@@ -10,7 +10,8 @@ Three sources, all read-only:
   ``occflow_report``, read back as ``core.report.WriteReport``; older runs: ``return_value``):
   attempts, conflicts with their kind and winning commit, wasted seconds, the commit, and the
   seconds from the lease's grant to the first attempt's start (granted but not started). A value
-  that claims to be a report and is not one is shown as malformed, never a 500.
+  that claims to be a report and is not one is shown as malformed, never a 500. The value of a
+  setting that holds a secret, quoted in an error or a reason, is shown as ``***``.
 
 A report carries its lease's fencing token, and a grant event carries the same token for the
 same table and names the task instance it was granted to: a write is tied to a lease only when
@@ -38,6 +39,7 @@ from sqlalchemy import and_, or_, select
 
 from ..core.errors import OccflowError
 from ..core.report import MalformedReport, WriteReport
+from ..core.secrets import redact_settings
 from ..leases import LeaseStore, LeaseStoreError
 from .tables import same_table, table_key, table_name
 
@@ -251,6 +253,12 @@ def read_report(value: Any) -> WriteReport | str | None:
         return str(exc)
 
 
+def _shown(text: str | None) -> str | None:
+    """An engine's text as the view shows it: a setting that holds a secret (a driver's log tail
+    quoting ``spark.hadoop.fs.s3a.secret.key=...``) has its value hidden (``core.secrets``)."""
+    return None if text is None else redact_settings(text)
+
+
 def _attempts(report: WriteReport) -> list[dict[str, Any]]:
     """The lost attempts: each with its kind, winner (and the winner's task), seconds, and what
     the policy did; then the attempts aborted because the lease lapsed."""
@@ -265,14 +273,14 @@ def _attempts(report: WriteReport) -> list[dict[str, Any]]:
             "winning_commit": None if lost.winner is None else lost.winner.to_dict(),
             "seconds": lost.seconds,
             "action": lost.action.value,
-            "reason": lost.reason or lost.decision_reason,
+            "reason": _shown(lost.reason or lost.decision_reason),
         }
         for lost in report.lost
     ]
     for loss in report.lease_lost:
         rows.append({"attempt": loss.attempt, "kind": "lease_lost", "winner": None, "winner_task": None,
                      "winner_dag": None, "winner_run": None, "winning_commit": None, "seconds": None,
-                     "action": "reschedule", "reason": loss.reason})
+                     "action": "reschedule", "reason": _shown(loss.reason)})
     return sorted(rows, key=lambda r: r["attempt"])
 
 
@@ -303,7 +311,7 @@ def _write_row(ti: Any, report: WriteReport | str | None) -> dict[str, Any]:
         "ended_at": None if ti.end_date is None else ti.end_date.isoformat(),
         "at": _epoch(ti.end_date or ti.start_date),
         "report": isinstance(report, WriteReport),
-        "malformed": report if isinstance(report, str) else None,
+        "malformed": _shown(report) if isinstance(report, str) else None,
         "lease": None,
     }
     if not isinstance(report, WriteReport):
@@ -332,7 +340,7 @@ def _write_row(ti: Any, report: WriteReport | str | None) -> dict[str, Any]:
         fence=report.fence,
         engine=report.engine,
         rows=report.rows,
-        error=report.error,
+        error=_shown(report.error),
         # How long the lease was held before the write's first attempt started (admission's cost).
         grant_to_start_seconds=report.grant_to_start_seconds,
     )

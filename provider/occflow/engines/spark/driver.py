@@ -1,7 +1,11 @@
 """Driver-side entry point: run one write job and leave its outcome as JSON where the caller reads it.
 
-    python -m occflow.engines.spark.driver --outcome PATH --table T [--operation OP] JOB [--config JSON]
+    python -m occflow.engines.spark.driver --outcome PATH --table T [--operation OP] JOB [--config JSON|@FILE]
     spark-submit .../occflow/engines/spark/driver.py --outcome PATH --table T ... (same arguments)
+
+``submit_job`` gives the driver ``--config @FILE`` and spark-submit ``--properties-file``: the
+config and the Spark conf (secrets among them) are in files only their owner may read, never on
+a command line (``submit_files.py``).
 
 JOB is one of ``--sql TEXT``, ``--sql-file FILE``, ``--callable package.module:function`` or
 ``--application FILE [--app-arg ARG ...]``. The outcome (committed snapshot / version, rows,
@@ -40,7 +44,6 @@ from occflow.engines.spark.config import SparkConfig
 from occflow.engines.spark.jobs import ApplicationJob, CallableJob, SqlJob
 from occflow.engines.spark.lease_window import LEASE_NOT_LIVE, check_window
 from occflow.engines.spark.session import SparkEngine
-from occflow.engines.spark.submit import write_atomically
 from occflow.engines.spark.submit_fence import (
     AT_COMMIT,
     AT_STATEMENT_START,
@@ -50,6 +53,7 @@ from occflow.engines.spark.submit_fence import (
     commit_refusal,
     in_session,
 )
+from occflow.engines.spark.submit_files import write_atomically
 from occflow.engines.tags import CommitTag
 
 EXIT_COMMITTED = 0

@@ -20,8 +20,8 @@ from pathlib import Path
 from types import TracebackType
 
 from ..ledger import LeaseNotLive
-from .submit import write_atomically
 from .submit_fence import COMMIT_MARGIN
+from .submit_files import write_atomically
 
 #: The tag of a driver's outcome that refused to commit because the lease was not live.
 LEASE_NOT_LIVE = "lease_not_live"
