@@ -20,10 +20,12 @@ With ``--delta PATH`` the commit is real: the worker writes the partitioned delt
 delta-rs write (``BeforeCommit(keeper)`` right before the engine call, the lease's fence on the
 commit, and the commit fence from the store: a write admitted over a lapsed lease first fences
 the table). It compacts, appends a few rows with ids no other write uses, overwrites or deletes
-one ``ds`` partition. Right after its last check (``before_commit``, then the commit fence) it
-marks itself as inside the engine call in ``--marker`` and the engine works ``--engine-pause``
-seconds: the test's injector stops it (SIGSTOP) there, past its TTL. ``--no-commit-fence`` takes
-the fence away (no fence asked, none made): the planted fault that shows the oracle can fail.
+one ``ds`` partition. Inside the engine call (an append or overwrite: while delta-rs pulls its
+rows; a compaction or delete: right after its last check, ``before_commit`` then the commit
+fence, as the call starts) it marks itself in ``--marker`` and the engine works
+``--engine-pause`` seconds: the test's injector stops it (SIGSTOP) there, past its TTL.
+``--no-commit-fence`` takes the fence away (no fence asked, none made): the planted fault that
+shows the oracle can fail.
 """
 
 from __future__ import annotations
@@ -55,8 +57,8 @@ WHOLE_TABLE_SHARE = 0.05
 DELTA_TABLE, DELTA_PROFILE = "db.events", "delta-rs"
 DELTA_PARTITIONS = ("1", "2", "3")
 #: Weighted: appends bring the files that compactions merge, overwrites and deletes rewrite them.
-DELTA_OPERATIONS = ("optimize", "optimize", "insert_into", "insert_into", "insert_into", "insert_overwrite",
-                    "delete")
+DELTA_OPERATIONS = ("optimize", "optimize", "insert_into", "insert_into", "insert_into", "insert_into",
+                    "insert_overwrite", "delete")
 #: The control run (``--control``): compactions and appends of one partition only, so a stalled
 #: compaction without the fence meets a compaction admitted in its place (rows doubled).
 CONTROL_OPERATIONS, CONTROL_PARTITIONS = ("optimize", "insert_into"), ("1",)
@@ -162,6 +164,7 @@ def hold_and_write(store: LeaseStore, lease: Any, intent: dict[str, Any], args: 
     happened. The marker says when the worker is inside the engine call (after its last check)."""
     # optional heavy dependencies (pyarrow, deltalake), needed in delta mode only
     import pyarrow as pa
+    from deltalake import DeltaTable
 
     from occflow.core.declaration import WriteDeclaration
     from occflow.engines.deltars.target import DeltaRsTarget, DeltaRsWrite
@@ -174,10 +177,27 @@ def hold_and_write(store: LeaseStore, lease: Any, intent: dict[str, Any], args: 
     # ids no other write (nor another try of this one: its generation differs) ever uses
     first_id = ((args.seed * 100_000 + int(intent["run_id"][1:])) * 10 + intent["try_number"]) * 100
 
-    def rows(_context: Any, _snapshot: Any) -> Any:
+    schema = pa.schema([("id", pa.int64()), ("ds", pa.string()), ("writer", pa.int64())])
+    # An append or overwrite streams its rows: delta-rs pulls them inside write_deltalake, so the
+    # worker marks itself and the engine pauses there, inside the engine call itself. A compaction
+    # or delete gives no such hook: it does both right after its last check, as the call starts.
+    streamed = intent["operation"] in ("insert_into", "insert_overwrite")
+
+    def in_engine(where: str) -> None:
+        # the partition's files now (a compaction of one file or none commits nothing to stall)
+        files = sum(f"/ds={ds}/" in uri for uri in DeltaTable(str(args.delta)).file_uris())
+        write_json(args.marker, {"state": "in", "pid": os.getpid(), "lease_id": lease.lease_id, "where": where,
+                                 "operation": intent["operation"], "ds": ds, "files": files, "t": time.time()})
+        time.sleep(args.engine_pause)  # the engine at work (reading, rewriting files)
+
+    def batches() -> Any:
+        in_engine("write_deltalake, pulling the rows")
         ids = list(range(first_id, first_id + ROWS_PER_WRITE))
-        return pa.table({"id": pa.array(ids, pa.int64()), "ds": pa.array([ds] * len(ids), pa.string()),
-                         "writer": pa.array([args.worker] * len(ids), pa.int64())})
+        yield pa.record_batch([pa.array(ids, pa.int64()), pa.array([ds] * len(ids), pa.string()),
+                               pa.array([args.worker] * len(ids), pa.int64())], schema=schema)
+
+    def rows(_context: Any, _snapshot: Any) -> Any:
+        return pa.RecordBatchReader.from_batches(schema, batches())  # read by delta-rs, inside its call
 
     declaration = WriteDeclaration.create(intent["table"], intent["operation"], intent["profile"],
                                           partitions={"ds": ds})
@@ -195,10 +215,8 @@ def hold_and_write(store: LeaseStore, lease: Any, intent: dict[str, Any], args: 
 
             def commit_fence() -> Any:
                 fence = None if args.no_commit_fence else store.commit_fence(keeper.lease)
-                if checked:  # asked right after the last check: the engine call starts now
-                    write_json(args.marker, {"state": "in", "pid": os.getpid(), "lease_id": lease.lease_id,
-                                             "operation": intent["operation"], "ds": ds, "t": time.time()})
-                    time.sleep(args.engine_pause)  # the engine at work (reading, rewriting files)
+                if checked and not streamed:  # asked right after the last check: the call starts now
+                    in_engine("after the last check, as the engine call starts")
                 return fence
 
             attempt = AttemptContext(number=number, before_commit=before_commit, fence=lease.fence,

@@ -348,7 +348,7 @@ DELTA_TTL = 3.0
 DELTA_STOP_FOR = DELTA_TTL + 1.5  # a writer stopped inside the engine sleeps past its TTL
 DELTA_FAULT_PLAN = ["stall-optimize"] * 3 + ["stall"] * 3 + ["kill"] * 3
 CONTROL_WORKERS = 4
-CONTROL_FAULT_PLAN = ["stall-optimize"] * 2
+CONTROL_FAULT_PLAN = ["stall-optimize"] * 3
 FILES_PER_PARTITION = 3
 
 
@@ -397,14 +397,15 @@ class DeltaRun(Run):
 
     def stall_in_engine(self, optimize_only: bool, limit: float = 30.0) -> bool:
         """Stop a writer that is inside its engine call (its marker says so before and after
-        the stop took hold) for longer than its TTL, then resume it."""
+        the stop took hold) for longer than its TTL, then resume it. ``optimize_only``: a
+        compaction with files to merge (the write whose late commit doubles rows)."""
         deadline = time.monotonic() + limit
         while time.monotonic() < deadline:
             candidates = list(self.workers)
             self.rnd.shuffle(candidates)
             for worker in candidates:
                 marker = self.in_engine(worker)
-                if marker is None or (optimize_only and marker["operation"] != "optimize"):
+                if marker is None or (optimize_only and (marker["operation"] != "optimize" or marker["files"] < 2)):
                     continue
                 pid = marker["pid"]
                 os.kill(pid, signal.SIGSTOP)
@@ -575,7 +576,8 @@ def run_delta_adversarial(tmp_path: Path, *, fenced: bool) -> tuple[DeltaRun, De
         f"\nadversarial delta-rs ({'fenced' if fenced else 'control: no commit fence'}): "
         f"leases granted {kinds['grant']}, expiries {kinds['expire']}, commits in _delta_log "
         f"{sum(1 for c in found.commits if c['fence'] is not None)} (fence commits {fences}), "
-        f"stalls inside engine {len(run.stalls)} ({', '.join(m['operation'] for m in run.stalls)}), "
+        f"stalls inside engine {len(run.stalls)} ({', '.join(m['operation'] for m in run.stalls)}; "
+        f"{sum('write_deltalake' in m['where'] for m in run.stalls)} inside write_deltalake), "
         f"kills {run.faults['kill']}, fenced-out refusals {outcomes['fenced_out']}, "
         f"aborted before the engine {outcomes['abort']}, lost conflicts {outcomes['lost']}, "
         f"late commits {len(found.late)}, commits after own lapse {len(found.after_own_lapse)} "
@@ -583,6 +585,11 @@ def run_delta_adversarial(tmp_path: Path, *, fenced: bool) -> tuple[DeltaRun, De
         f"duplicated ids {len(found.duplicated_ids)} (rows {found.rows}), "
         f"{time.monotonic() - started:.0f} s"
     )
+    ends = {r["lease_id"]: r for r in [*committed, *ended]}  # the last end logged for each lease
+    for m in run.stalls:
+        end = ends.get(m["lease_id"], {})
+        print(f"  stalled {m['operation']} ds={m['ds']} ({m['where']}): {end.get('kind', 'no end logged')} "
+              f"{end.get('why', end.get('version', ''))}"[:200])
     for c, m in found.late[:5]:
         print(f"  late: version {c['version']} {c['operation']} fence {c['fence']} after version {m['version']} "
               f"of lease {m['lease_id'][:8]} granted after it lapsed")

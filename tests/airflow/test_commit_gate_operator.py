@@ -11,6 +11,7 @@ append. What landed is read from the table's ``_delta_log``; the waits from the 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -128,7 +129,7 @@ def test_a_gate_wait_past_gate_timeout_fails_the_try_with_a_report_naming_the_aw
     error = report["error"]
     assert f"lease {ids['lease_id'][:8]}" in error and "insert_into" in error  # the lease awaited
     assert f"lease {ids['task_lease_id'][:8]}" in error and "alter_metadata" in error
-    assert "gate timeout 2s" in error and "waited 2." in error and "did not commit" in error
+    assert "gate timeout 2.0s" in error and "waited 2." in error and "did not commit" in error
     assert len(_log(path)) == 1  # nothing was committed: the table is as it was created
     store = LeaseStore.from_url(store_url, history=True)
     try:
@@ -138,3 +139,20 @@ def test_a_gate_wait_past_gate_timeout_fails_the_try_with_a_report_naming_the_aw
         store.dispose()
     assert live == [ids["lease_id"]]  # the task let its own lease go; the append still holds its own
     assert ids["task_lease_id"] in released
+
+
+def test_without_gate_timeout_a_gate_wait_ends_before_execution_timeout_with_occflow_s_report(run_dag, tmp_path):
+    """The default gate timeout is what is left of ``execution_timeout`` (less a tenth of it here):
+    the try ends with the gate's error and a report, not with Airflow's bare task timeout."""
+    run, path, _ = _run(run_dag, tmp_path, "gate_execution_timeout", hold=None,
+                        gate_timeout="execution_timeout=pendulum.duration(seconds=10)")
+    alter = run.task("alter")
+    assert alter.state == "failed" and alter.try_number == 1
+    ids = json.loads((tmp_path / "append.json").read_text())
+    report = alter.xcom["occflow_report"]
+    assert report["status"] == "failed"
+    assert f"lease {ids['lease_id'][:8]}" in report["error"]
+    # 10 s less the margin (a tenth), less what ran before the gate: the limit came from execution_timeout.
+    limit = float(re.search(r"gate timeout (\d+\.\d)s", report["error"]).group(1))
+    assert 7.0 <= limit <= 9.0, report["error"]
+    assert len(_log(path)) == 1

@@ -27,15 +27,24 @@ from airflow.sdk.exceptions import AirflowRescheduleException
 from occflow.core.declaration import WriteDeclaration
 from occflow.core.policy import derive_policy
 from occflow.core.report import WriteStatus
-from occflow.engines.spark import SparkEngine
-from occflow.engines.spark.attempt_fence import in_session
-from occflow.engines.spark.submit_fence import AT_COMMIT, LEASE_CHECKED_AT, built_jar
+from occflow.engines.spark import SparkConfig, SparkEngine
+from occflow.engines.spark.attempt_fence import in_session, session_conf
+from occflow.engines.spark.submit_fence import (
+    AT_COMMIT,
+    AT_STATEMENT_START,
+    FENCED_CATALOG,
+    JAR_ENV,
+    LEASE_CHECKED_AT,
+    SCOPE_KEY,
+    THREAD_SCOPE,
+    built_jar,
+)
 from occflow.engines.spark.target import SparkTarget, spark_engine
-from occflow.leases import LeaseKeeper, LeaseRequest, LeaseStore
+from occflow.leases import Lease, LeaseKeeper, LeaseRequest, LeaseStore
 from occflow.operators.flow import WriteFlow
 from occflow.operators.history import WriteHistory
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = pytest.mark.spark
 
 PROFILE = "iceberg-serializable"
 TTL = 3.0  # the stalled writer's lease: lapses 3 s after its last heartbeat
@@ -163,11 +172,16 @@ def test_a_writer_stalled_past_its_lease_does_not_commit_after_the_next_holder(
     _wait_for("the first writer's statement to run", lambda: stall.reached.exists() or not stalled.thread.is_alive())
     assert stalled.error is None, stalled.error
     keeper.__exit__(None, None, None)  # the task stalls: no more heartbeats; the lease lapses after its TTL
-    admitted: list[Any] = []
-    _wait_for("the second writer's admission", lambda: admitted.append(store.decide(second_request).lease)
-              or admitted[-1] is not None)
+    admitted: list[Lease] = []
+
+    def second_admitted() -> bool:
+        lease = store.decide(second_request).lease
+        admitted.extend([] if lease is None else [lease])
+        return bool(admitted)
+
+    _wait_for("the second writer's admission", second_admitted)
     lapsed_by = time.time()
-    second = admitted[-1]
+    (second,) = admitted
     with LeaseKeeper(store, second) as second_keeper:
         report = _flow(config, table, "update", f"UPDATE {table} SET v = v + 100 WHERE ds = 'a'",
                        second_keeper).run()
@@ -225,3 +239,31 @@ def test_a_writer_stalled_under_a_live_lease_commits(
     (new,) = after[len(start):]
     assert new[0] == report.snapshot_id and new[1] == start[-1][0] and new[2] == "overwrite"
     assert _rows(spark, table) == [(4, "b", 4), (10, "a", 10)]
+
+
+def test_the_session_conf_wraps_the_catalog_for_attempts(spark_home: Path) -> None:
+    config = SparkConfig(home=str(spark_home))
+    assert built_jar()[0] is not None, built_jar()[1]
+    conf = session_conf(config.spark_conf(), config)
+    assert conf["spark.sql.catalog.lake.catalog-impl"] == FENCED_CATALOG
+    assert conf["spark.sql.catalog.lake.occflow.delegate.catalog-impl"] == "org.apache.iceberg.jdbc.JdbcCatalog"
+    assert conf[f"spark.sql.catalog.lake.{SCOPE_KEY}"] == THREAD_SCOPE
+    assert "spark.sql.catalog.lake.occflow.lease.window" not in conf  # each attempt names its own
+    assert str(built_jar()[0]) in conf["spark.jars"].split(",")
+
+
+def test_without_the_jar_an_in_process_attempt_says_its_check_stops_at_the_statement_start(
+    iceberg_engine: SparkEngine, spark_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No silent fallback: without the jar the session keeps its plain catalog, and what an
+    attempt is told (and the task log says) names where its check stops and why."""
+    monkeypatch.setenv(JAR_ENV, str(tmp_path / "not-built.jar"))
+    config = SparkConfig(home=str(spark_home), catalog={"name": "plain"})
+    conf = session_conf(config.spark_conf(), config)
+    assert conf == config.spark_conf()
+    # The running session has no catalog 'plain' of its own: as if it started without the jar.
+    found = in_session(iceberg_engine.session(), config)
+    assert found.checked_at == AT_STATEMENT_START
+    said = found.describe()
+    assert "checked only right before the write statement starts, not at its commit" in said
+    assert "not-built.jar is not built" in said, said

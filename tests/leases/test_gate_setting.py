@@ -86,7 +86,7 @@ def test_a_gate_wait_past_its_timeout_fails_naming_the_awaited_lease_table_and_t
         message = str(error)
         assert f"lease {append.lease_id[:8]}" in message and "insert_into" in message  # the awaited lease
         assert f"lease {alter.lease_id[:8]}" in message and f"on {TABLE}" in message
-        assert "gate timeout 1s" in message and "did not commit" in message
+        assert "gate timeout 1.0s" in message and "did not commit" in message
         # Still closed, and still the append's to open: the timeout gave nothing away.
         assert [lease.lease_id for lease in off.gate(alter)] == [append.lease_id]
     finally:

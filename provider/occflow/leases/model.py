@@ -442,7 +442,7 @@ class GateTimeout(OccflowError, TimeoutError):
         self.timeout = timeout
         super().__init__(
             f"the commit of {lease.name()} waited {waited:.1f}s at its gate on {lease.table} (gate timeout "
-            f"{timeout:g}s) for {'; '.join(other.name() for other in awaited)}, still live: it must commit "
+            f"{timeout:.1f}s) for {'; '.join(other.name() for other in awaited)}, still live: it must commit "
             "after them (order-aware admission), so it did not commit"
         )
 

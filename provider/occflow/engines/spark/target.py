@@ -115,7 +115,7 @@ class SparkTarget:
     def _lease_window(
         self, fence: CommitFence | None, attempt: AttemptContext
     ) -> contextlib.AbstractContextManager[object]:
-        if True:
+        if fence is None or not fence.at_commit or attempt.fence is None:
             return contextlib.nullcontext()
         return attempt_window(self.engine.session(), attempt.fence, attempt.lease_live_until)
 
