@@ -183,9 +183,7 @@ def hold_and_write(store: LeaseStore, lease: Any, intent: dict[str, Any], args: 
     # or delete gives no such hook: it does both right after its last check, as the call starts.
     streamed = intent["operation"] in ("insert_into", "insert_overwrite")
 
-    def in_engine(where: str) -> None:
-        # the partition's files now (a compaction of one file or none commits nothing to stall)
-        files = sum(f"/ds={ds}/" in uri for uri in DeltaTable(str(args.delta)).file_uris())
+    def in_engine(where: str, files: int | None = None) -> None:
         write_json(args.marker, {"state": "in", "pid": os.getpid(), "lease_id": lease.lease_id, "where": where,
                                  "operation": intent["operation"], "ds": ds, "files": files, "t": time.time()})
         time.sleep(args.engine_pause)  # the engine at work (reading, rewriting files)
@@ -205,20 +203,24 @@ def hold_and_write(store: LeaseStore, lease: Any, intent: dict[str, Any], args: 
     with LeaseKeeper(store, lease, interval=args.ttl / 3) as keeper:
         time.sleep(rnd.uniform(0.02, args.hold_max))
         check = BeforeCommit(keeper)
+        checked = False  # per attempt: whether its last check passed
+
+        def before_commit() -> None:
+            nonlocal checked
+            check()  # the gate, then the lease: the last check before the engine call
+            checked = True
+
+        def commit_fence() -> Any:
+            fence = None if args.no_commit_fence else store.commit_fence(keeper.lease)
+            if checked and not streamed:  # asked right after the last check: the call starts now
+                # the partition's files (a compaction of one file or none commits nothing);
+                # read here, never from inside delta-rs (its runtime cannot be re-entered)
+                in_engine("after the last check, as the engine call starts",
+                          sum(f"/ds={ds}/" in uri for uri in DeltaTable(str(args.delta)).file_uris()))
+            return fence
+
         for number in (1, 2, 3):
             checked = False
-
-            def before_commit() -> None:
-                nonlocal checked
-                check()  # the gate, then the lease: the last check before the engine call
-                checked = True
-
-            def commit_fence() -> Any:
-                fence = None if args.no_commit_fence else store.commit_fence(keeper.lease)
-                if checked and not streamed:  # asked right after the last check: the call starts now
-                    in_engine("after the last check, as the engine call starts")
-                return fence
-
             attempt = AttemptContext(number=number, before_commit=before_commit, fence=lease.fence,
                                      commit_fence=commit_fence)
             try:
@@ -229,15 +231,19 @@ def hold_and_write(store: LeaseStore, lease: Any, intent: dict[str, Any], args: 
             except CommitRefused as exc:  # the lease lapsed before the engine call, or a gate timed out
                 log.write({**record, "kind": "abort", "why": str(exc), "t": time.time()})
                 break
+            except Exception as exc:  # noqa: BLE001 - the store failed: logged, the worker goes on
+                log.write({**record, "kind": "error", "why": f"{type(exc).__name__}: {exc}"[:1000], "t": time.time()})
+                break
             finally:
                 write_json(args.marker, {"state": "out", "pid": os.getpid(), "t": time.time()})
             kind = outcome.classification.kind if outcome.classification is not None else None
             if outcome.committed:
                 log.write({**record, "kind": "commit", "version": outcome.version, "t_commit": time.time()})
                 break
-            log.write({**record, "kind": "lost", "attempt": number, "t": time.time(),
-                       "why": kind.value if kind is not None else str(outcome.error)})
-            if kind is None or not kind.is_conflict:
+            conflict = kind is not None and kind.is_conflict
+            log.write({**record, "kind": "lost" if conflict else "error", "attempt": number, "t": time.time(),
+                       "why": f"{kind.value if kind is not None else ''}: {outcome.error}"[:1000]})
+            if not conflict:
                 break  # not a conflict: a retry would fail the same way
     with contextlib.suppress(Exception):  # the store is down: the lease lapses after its TTL
         store.release(lease)

@@ -14,6 +14,10 @@ at the lease's gate (order-aware admission): a pair live together is allowed onl
 later grant committed after the earlier one and, by the spec's cells read here, only that
 commit order is clean.
 
+The delta-rs tests (at the end) make the commit real: the workers write a partitioned delta-rs
+table, the injector stops them inside the engine call, and the oracle reads the table's own
+``_delta_log`` and rows; a control run without the commit fence shows the oracle failing.
+
 ``OCCFLOW_ADVERSARIAL_WORKER_PYTHONPATH`` runs the workers on another occflow tree (e.g. one
 from before fenced leases, to see this suite fail there); ``OCCFLOW_ADVERSARIAL_UNFENCED=1``
 has them commit without ``ensure_live`` (to see what the check is worth on its own).
@@ -345,7 +349,7 @@ def test_postgresql_leases_stay_fenced_under_kills_stops_and_a_server_crash(rest
 
 DELTA_WORKERS = 6
 DELTA_TTL = 3.0
-DELTA_STOP_FOR = DELTA_TTL + 1.5  # a writer stopped inside the engine sleeps past its TTL
+DELTA_STOP_FOR = DELTA_TTL + 1.0  # a writer stopped inside the engine sleeps past its TTL
 DELTA_FAULT_PLAN = ["stall-optimize"] * 3 + ["stall"] * 3 + ["kill"] * 3
 CONTROL_WORKERS = 4
 CONTROL_FAULT_PLAN = ["stall-optimize"] * 3
@@ -580,6 +584,7 @@ def run_delta_adversarial(tmp_path: Path, *, fenced: bool) -> tuple[DeltaRun, De
         f"{sum('write_deltalake' in m['where'] for m in run.stalls)} inside write_deltalake), "
         f"kills {run.faults['kill']}, fenced-out refusals {outcomes['fenced_out']}, "
         f"aborted before the engine {outcomes['abort']}, lost conflicts {outcomes['lost']}, "
+        f"engine errors {outcomes['error']}, "
         f"late commits {len(found.late)}, commits after own lapse {len(found.after_own_lapse)} "
         f"(after a conflicting grant too {len(found.after_lapse_and_grant)}), "
         f"duplicated ids {len(found.duplicated_ids)} (rows {found.rows}), "
@@ -597,11 +602,14 @@ def run_delta_adversarial(tmp_path: Path, *, fenced: bool) -> tuple[DeltaRun, De
 
 
 def test_deltars_writers_stalled_inside_the_engine_never_commit_after_a_lapse(tmp_path):
+    """Real delta-rs commits, writers stopped inside their engine call past their TTL and killed:
+    no commit lands after one of a conflicting write admitted once its lease lapsed, no id is in
+    the final table twice, and the stalled writers were refused by delta-rs (``FencedOut``)."""
     pytest.importorskip("deltalake", reason="the delta-rs adversarial run needs deltalake")
     run, found, outcomes = run_delta_adversarial(tmp_path, fenced=True)
     assert run.faults["kill"] == DELTA_FAULT_PLAN.count("kill")
     assert len(run.stalls) == sum(k.startswith("stall") for k in DELTA_FAULT_PLAN), "too few stalls in engine"
-    assert outcomes["commit"] > 20 and found.unknown_fences == []
+    assert outcomes["commit"] > 20 and outcomes["error"] == 0 and found.unknown_fences == []
     assert outcomes["fenced_out"] > 0, "no stalled writer was ever fenced out: the fence went unexercised"
     assert (len(found.late), len(found.duplicated_ids)) == (0, 0)
 
@@ -612,5 +620,6 @@ def test_deltars_control_without_the_commit_fence_shows_late_commits_and_doubled
     pytest.importorskip("deltalake", reason="the delta-rs adversarial run needs deltalake")
     run, found, outcomes = run_delta_adversarial(tmp_path, fenced=False)
     assert len(run.stalls) >= 1, "no compaction was stopped inside the engine"
+    assert outcomes["error"] == 0
     assert outcomes["fenced_out"] == 0
     assert found.late and found.duplicated_ids, "the oracle did not see the missing fence"
