@@ -78,9 +78,9 @@ def _log(path: Path) -> list[set[str]]:
 
 
 def _run(run_dag, tmp_path: Path, dag_id: str, hold: float | None, gate_timeout: str = ""):
-    from occflow.engines.deltars import DeltaRsTable
-
     import pyarrow as pa
+
+    from occflow.engines.deltars import DeltaRsTable
 
     path = tmp_path / "events"
     DeltaRsTable(str(path)).create(pa.table({"id": pa.array([0, 1], pa.int64()), "v": ["a", "b"]}))

@@ -106,8 +106,7 @@ class LeaseLostFailure(AirflowException):
 
 
 class GateTimeoutFailure(AirflowException):
-    """The commit waited at its gate longer than the gate timeout for the leases it must commit
-    after; nothing was committed. Airflow's retries decide (a new try is admitted afresh)."""
+    """The commit waited at its gate past its timeout; nothing was committed. Airflow's retries decide."""
 
 
 @dataclass(frozen=True)
@@ -117,8 +116,7 @@ class FlowSettings:
     exactly_once: bool = True
     stale_overwrite: str = "report"
     reschedule_after_lease_loss: float = 2.0
-    #: Seconds a commit may wait at its gate (``BeforeCommit.gate_timeout``; ``None``: no limit)
-    #: and the ``time.monotonic()`` by which the wait ends anyway (``BeforeCommit.gate_deadline``).
+    #: ``BeforeCommit``'s: seconds a commit may wait at its gate, and when the wait ends anyway.
     gate_timeout: float | None = None
     gate_deadline: float | None = None
 
@@ -144,9 +142,7 @@ class WriteFlow:
         self._metrics_since = (len(self.history.lost), self.history.wasted_seconds)
         self._grant_to_start: float | None = None
         self._guard = self._exactly_once()
-        self.before_commit = BeforeCommit(
-            self.keeper, self._guard, self.settings.gate_timeout, self.settings.gate_deadline
-        )
+        self.before_commit = BeforeCommit(self.keeper, self._guard, self.settings.gate_timeout, self.settings.gate_deadline)
 
     @property
     def fence(self) -> int | None:
@@ -188,10 +184,8 @@ class WriteFlow:
         while True:
             try:
                 outcome = self._attempt(later_try)
-            except LeaseNotLive as lapsed:
-                self._abort_lease_lost(lapsed)  # raises
-            except GateClosed as closed:
-                self._fail_at_gate(closed)  # raises
+            except (LeaseNotLive, GateClosed) as refused:
+                self._abort_before_commit(refused)  # raises
             except WriteLost as lost:
                 elapsed = time.time() - self.history.first_started
                 decision = fitted_to_engine(
@@ -341,41 +335,32 @@ class WriteFlow:
             report.to_dict(),
         )
 
-    def _abort_lease_lost(self, lapsed: LeaseNotLive) -> NoReturn:
-        """The lease was not live at the commit: nothing was committed. Not a conflict: the task
-        goes back through admission for a fresh lease (reschedule), or fails after
-        ``MAX_LEASE_LOSSES`` such aborts, for Airflow's retries."""
+    def _abort_before_commit(self, refused: LeaseNotLive | GateClosed) -> NoReturn:
+        """Nothing was committed, and not for a conflict. The gate stayed closed past its timeout:
+        the try fails (``GateTimeoutFailure``; a new try is admitted afresh). The lease was not
+        live at the commit: the task goes back through admission for a fresh lease (reschedule),
+        or fails after ``MAX_LEASE_LOSSES`` such aborts, for Airflow's retries."""
         history, declaration = self.history, self.declaration
-        history.lease_losses.append(
-            LeaseLoss(attempt=history.attempts, fence=lapsed.fence, reason=str(lapsed))
-        )
         message = (
             f"attempt {history.attempts} of {declaration.operation.value} on {declaration.table} "
-            f"aborted before its commit: {lapsed}"
+            f"aborted before its commit: {refused}"
         )
+        if isinstance(refused, GateClosed):
+            self._end(WriteStatus.FAILED, error=message)
+            raise GateTimeoutFailure(message) from refused
+        history.lease_losses.append(LeaseLoss(attempt=history.attempts, fence=refused.fence, reason=str(refused)))
         if len(history.lease_losses) >= MAX_LEASE_LOSSES:
             self._end(WriteStatus.FAILED, error=message)
             raise LeaseLostFailure(
                 f"{message} ({len(history.lease_losses)} times; failing for Airflow's retries)"
-            ) from lapsed
+            ) from refused
         self._end(WriteStatus.RESCHEDULED, error=message, keep_history=True)
         when = timezone.utcnow() + timedelta(
             seconds=max(float(self.settings.reschedule_after_lease_loss), 1.0)
         )
         self.log.warning("%s; rescheduling until %s to be admitted again", message, when.isoformat())
         # Airflow's exception class is untyped.
-        raise AirflowRescheduleException(when) from lapsed  # type: ignore[no-untyped-call]
-
-    def _fail_at_gate(self, closed: GateClosed) -> NoReturn:
-        """The commit waited at its gate past its timeout: nothing was committed; the try fails
-        with a report naming the leases it waited for (a new try is admitted afresh)."""
-        declaration = self.declaration
-        message = (
-            f"attempt {self.history.attempts} of {declaration.operation.value} on {declaration.table} "
-            f"aborted before its commit: {closed}"
-        )
-        self._end(WriteStatus.FAILED, error=message)
-        raise GateTimeoutFailure(message) from closed
+        raise AirflowRescheduleException(when) from refused  # type: ignore[no-untyped-call]
 
     # ------------------------------------------------------------------ the report
 
