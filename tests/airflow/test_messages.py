@@ -130,7 +130,7 @@ with DAG("messages_fail_fast", schedule=None, start_date=pendulum.datetime(2024,
         assert run.task(task_id).state == "failed" and len(run.task(task_id).tries) == 1
 
     help_text = ConflictKind.CONCURRENT_TRANSACTION.help
-    failure = next(line for line in log.splitlines() if line.startswith("occflow.operators.flow.ConflictFailure")
+    failure = next(line for line in log.splitlines() if line.startswith("occflow.operators.write_ends.ConflictFailure")
                    and "txn_t" in line)
     assert ".." not in failure  # no sentence ended twice, nothing cut
     assert failure.count("Do not retry") == 1, failure

@@ -23,20 +23,11 @@ from ..engines.target import WriteTarget
 from . import admission
 from .admission import AdmissionSettings
 from .exactly_once import stale_overwrite_action, try_number
-from .flow import (
-    MAX_LEASE_LOSSES,
-    ConflictFailure,
-    FlowSettings,
-    GateTimeoutFailure,
-    LeaseLostFailure,
-    WriteFlow,
-    WriteLost,
-    WriteNotCommitted,
-    task_ref,
-)
+from .flow import MAX_LEASE_LOSSES, FlowSettings, WriteFlow, WriteLost, task_ref
 from .history import WriteHistory, load_history
 from .lineage import OpenLineageMixin
 from .links import TableHistoryLink, WriteCommitLink
+from .write_ends import ConflictFailure, GateTimeoutFailure, LeaseLostFailure, WriteNotCommitted
 
 #: The XCom key every write pushes its report under, whatever its end (``WriteReport``).
 REPORT_XCOM_KEY = "occflow_report"

@@ -26,7 +26,6 @@ from typing import Any, NoReturn
 
 from airflow.sdk import timezone
 from airflow.sdk.exceptions import (
-    AirflowException,
     AirflowFailException,
     AirflowRescheduleException,
     AirflowSkipException,
@@ -53,6 +52,7 @@ from .exactly_once import BeforeCommit, ExactlyOnce, GateClosed, from_context
 from .history import WriteHistory, emit_metrics, store_history
 from .messages import attempt_line, engine_message, fitted_to_engine, sentence, why
 from .taskref import task_ref
+from .write_ends import ConflictFailure, GateTimeoutFailure, LeaseLostFailure, WriteNotCommitted
 
 #: Aborts for a lease that was not live at the commit, per task instance, before the task fails
 #: (for Airflow's retries) instead of going back through admission once more.
@@ -70,43 +70,6 @@ class WriteLost(Exception):
         self.classification = classification
         self.outcome = outcome
         self.error = error
-
-
-class ConflictFailure(AirflowFailException):
-    """The policy said fail fast: retrying cannot help (or may write twice). Airflow will not retry.
-
-    ``report`` is the task's write report (``WriteReport.to_dict()``); ``conflict`` the typed
-    occflow conflict exception, so a notifier can explain the conflict without parsing text.
-    """
-
-    def __init__(self, message: str, report: dict[str, Any], conflict: BaseException | None = None) -> None:
-        super().__init__(message)
-        self.report = report
-        self.conflict = conflict
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (str(self), self.report, self.conflict))
-
-
-class WriteNotCommitted(RuntimeError):
-    """The engine failed with an error that is not a conflict: Airflow's ordinary retries decide.
-
-    ``report`` is the task's write report (its ``error`` is the engine's message), for notifiers."""
-
-    def __init__(self, message: str, report: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.report = report or {}
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (str(self), self.report))
-
-
-class LeaseLostFailure(AirflowException):
-    """The lease was not live at the commit ``MAX_LEASE_LOSSES`` times: Airflow's retries decide."""
-
-
-class GateTimeoutFailure(AirflowException):
-    """The commit waited at its gate past its timeout; nothing was committed. Airflow's retries decide."""
 
 
 @dataclass(frozen=True)
@@ -504,12 +467,8 @@ def _commit_text(report: WriteReport) -> str:
 
 __all__ = [
     "MAX_LEASE_LOSSES",
-    "ConflictFailure",
     "FlowSettings",
-    "GateTimeoutFailure",
-    "LeaseLostFailure",
     "WriteFlow",
     "WriteLost",
-    "WriteNotCommitted",
     "task_ref",
 ]

@@ -378,17 +378,7 @@ class DeltaRsTable:
         except (InvalidDeclarationError, CommitRefused):
             raise  # a refused commit is the caller's decision, not an engine failure
         except Exception as exc:  # noqa: BLE001 - every engine failure becomes an outcome
-            seconds = time.perf_counter() - start
-            lost = WriteOutcome(
-                engine=ENGINE,
-                table=self.uri,
-                operation=operation,
-                committed=False,
-                seconds=seconds,
-                error=error_info(exc),
-                classification=classify_error(exc),
-                tag=tag,
-            )
+            lost = _lost(operation, self.uri, time.perf_counter() - start, exc, tag)
             if fence is not None:
                 self._fenced_out(lost, fence)
             return lost.with_winner(self._winner(lost, table, options, scope))
@@ -478,6 +468,14 @@ class DeltaRsTable:
         if found is None:
             return None, {}
         return found.version, dict(found.info.get("operationMetrics") or {})
+
+
+def _lost(operation: Operation, uri: str, seconds: float, exc: Exception, tag: dict[str, str]) -> WriteOutcome:
+    """The outcome of an attempt delta-rs failed: its error and classification."""
+    return WriteOutcome(
+        engine=ENGINE, table=uri, operation=operation, committed=False, seconds=seconds,
+        error=error_info(exc), classification=classify_error(exc), tag=tag,
+    )
 
 
 def require_columns(table: DeltaTable, names: Iterable[str], what: str) -> None:
