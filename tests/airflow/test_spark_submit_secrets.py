@@ -15,6 +15,7 @@ unmasked, a real task log is masked: the masker must know the values), and the "
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -99,16 +100,12 @@ class Watcher(threading.Thread):
     def run(self) -> None:
         while not self.done.is_set():
             for pid in _descendants(os.getpid()):
-                try:
+                with contextlib.suppress(OSError):  # gone between the listing and the read
                     self.cmdlines.add(Path(f"/proc/{pid}/cmdline").read_bytes())
-                except OSError:
-                    pass
             for pattern in ("*.spark.properties", "*.config"):
                 for path in self.submit_dir.rglob(pattern):
-                    try:
+                    with contextlib.suppress(OSError):  # removed once the driver is done
                         self.modes.setdefault(pattern, set()).add(path.stat().st_mode & 0o777)
-                    except OSError:
-                        pass
             time.sleep(0.05)
 
 

@@ -404,7 +404,7 @@ def test_a_report_of_another_task_naming_a_writes_table_and_fence_does_not_take_
 
 
 def test_a_report_of_50000_lost_attempts_renders_a_small_page_that_counts_the_rest(client, claimant):
-    from occflow.plugins.data import ATTEMPTS_FIRST, ATTEMPTS_LAST
+    from occflow.plugins.rows import ATTEMPTS_FIRST, ATTEMPTS_LAST
 
     params = {"dag_id": CLAIMANT_DAG}
     page = client.get("/", headers=token("viewer"), params=params)

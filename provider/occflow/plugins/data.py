@@ -17,9 +17,9 @@ A report carries its lease's fencing token, and a grant event carries the same t
 same table and names the task instance it was granted to: a write is tied to a lease only when
 all three agree (table, fence, and the grant's task instance and try are the report's), so a
 report pushed by another task cannot claim a lease by its table and fence alone. A row shows at
-most ``ATTEMPTS_FIRST`` + ``ATTEMPTS_LAST`` lost attempts and says how many it leaves out. The store files a delta-rs table under its
-location (``core.identifiers.canonical_location``), other tables under their canonical name; a
-table filter by name also finds the location a ``DeltaWriteOperator`` without ``path`` writes
+most ``rows.ATTEMPTS_FIRST`` + ``rows.ATTEMPTS_LAST`` lost attempts and says how many it leaves
+out. The store files a delta-rs table under its location (``core.identifiers.canonical_location``),
+other tables under their canonical name; a table filter by name also finds the location a ``DeltaWriteOperator`` without ``path`` writes
 (``default_delta_location``, from the same ``OCCFLOW_HOME`` the workers read) and the locations
 the reports of that name carry (``table_key``). Rows of DAGs the user may not read are left
 out by the caller's ``readable`` predicate.
@@ -38,9 +38,9 @@ from airflow.models.xcom import XComModel
 from sqlalchemy import and_, or_, select
 
 from ..core.errors import OccflowError
-from ..core.report import MalformedReport, WriteReport
-from ..core.secrets import redact_settings
+from ..core.report import WriteReport
 from ..leases import LeaseStore, LeaseStoreError
+from .rows import commit_only, read_report, write_row
 from .tables import same_table, table_key, table_name
 
 #: The XCom keys a write report is under: every end's report, then a committed try's return value.
@@ -49,10 +49,6 @@ REPORT_XCOM_KEYS = ("occflow_report", "return_value")
 #: shown even when they pushed no report (waiting for admission, killed).
 WRITE_OPERATORS = ("DeltaWriteOperator", "SparkWriteOperator", "SparkSubmitWriteOperator", "MaxComputeWriteOperator")
 MAX_LIMIT = 1000
-#: A row shows its first and last lost attempts and the count of the rest: a report with 50,000
-#: lost attempts (written by a runaway loop or a hostile task) must not make a 20 MB page.
-ATTEMPTS_FIRST = 20
-ATTEMPTS_LAST = 5
 
 Readable = Callable[[str], bool]
 
@@ -92,14 +88,6 @@ class Filters:
 
 def _iso(epoch: float | None) -> str | None:
     return None if epoch is None else datetime.fromtimestamp(epoch, timezone.utc).isoformat()
-
-
-def _epoch(value: Any) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    return float(value.timestamp())
 
 
 def _keys(text: str | None) -> list[str] | None:
@@ -242,111 +230,6 @@ def _span_view(span: Mapping[str, Any]) -> dict[str, Any]:
 # ----------------------------------------------------------------- Airflow: reports and tries
 
 
-def read_report(value: Any) -> WriteReport | str | None:
-    """The report in an XCom value; the reason it is malformed (text) when it claims to be a
-    report and is not one; ``None`` for any other value."""
-    if not WriteReport.looks_like(value):
-        return None
-    try:
-        return WriteReport.from_dict(value)
-    except MalformedReport as exc:
-        return str(exc)
-
-
-def _shown(text: str | None) -> str | None:
-    """An engine's text as the view shows it: a setting that holds a secret (a driver's log tail
-    quoting ``spark.hadoop.fs.s3a.secret.key=...``) has its value hidden (``core.secrets``)."""
-    return None if text is None else redact_settings(text)
-
-
-def _attempts(report: WriteReport) -> list[dict[str, Any]]:
-    """The lost attempts: each with its kind, winner (and the winner's task), seconds, and what
-    the policy did; then the attempts aborted because the lease lapsed."""
-    rows = [
-        {
-            "attempt": lost.attempt,
-            "kind": lost.kind.value,
-            "winner": lost.winner_text(),
-            "winner_task": None if lost.winner is None else lost.winner.task_id,
-            "winner_dag": None if lost.winner is None else lost.winner.dag_id,
-            "winner_run": None if lost.winner is None else lost.winner.run_id,
-            "winning_commit": None if lost.winner is None else lost.winner.to_dict(),
-            "seconds": lost.seconds,
-            "action": lost.action.value,
-            "reason": _shown(lost.reason or lost.decision_reason),
-        }
-        for lost in report.lost
-    ]
-    for loss in report.lease_lost:
-        rows.append({"attempt": loss.attempt, "kind": "lease_lost", "winner": None, "winner_task": None,
-                     "winner_dag": None, "winner_run": None, "winning_commit": None, "seconds": None,
-                     "action": "reschedule", "reason": _shown(loss.reason)})
-    return sorted(rows, key=lambda r: r["attempt"])
-
-
-def _bounded(attempts: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
-    """The first ``ATTEMPTS_FIRST`` and last ``ATTEMPTS_LAST`` attempts, and how many lie between."""
-    left_out = len(attempts) - ATTEMPTS_FIRST - ATTEMPTS_LAST
-    if left_out <= 0:
-        return attempts, 0
-    return attempts[:ATTEMPTS_FIRST] + attempts[-ATTEMPTS_LAST:], left_out
-
-
-def _is_conflict(attempt: Mapping[str, Any]) -> bool:
-    return attempt["kind"] not in (None, "lease_lost", "not_a_conflict")
-
-
-def _write_row(ti: Any, report: WriteReport | str | None) -> dict[str, Any]:
-    state = getattr(ti.state, "value", ti.state)
-    row: dict[str, Any] = {
-        "kind": "write",
-        "dag_id": ti.dag_id,
-        "run_id": ti.run_id,
-        "task_id": ti.task_id,
-        "map_index": ti.map_index,
-        "try_number": ti.try_number,
-        "state": None if state is None else str(state),
-        "operator": ti.operator,
-        "started_at": None if ti.start_date is None else ti.start_date.isoformat(),
-        "ended_at": None if ti.end_date is None else ti.end_date.isoformat(),
-        "at": _epoch(ti.end_date or ti.start_date),
-        "report": isinstance(report, WriteReport),
-        "malformed": _shown(report) if isinstance(report, str) else None,
-        "lease": None,
-    }
-    if not isinstance(report, WriteReport):
-        row.update(table=None, table_key=None, operation=None, partitions=None, committed=None, status=None, version=None,
-                   snapshot_id=None, attempts=None, conflicts=[], wasted_seconds=None, fence=None, engine=None,
-                   rows=None, error=None, grant_to_start_seconds=None, conflict_count=0,
-                   conflicts_left_out=0)
-        return row
-    attempts = _attempts(report)
-    shown, left_out = _bounded(attempts)
-    row.update(
-        table=report.table,
-        table_key=report.table_key,  # the store's key for the table when it is a location
-        operation=report.operation,
-        partitions=None if report.partitions is None else [dict(p) for p in report.partitions],
-        committed=report.committed,
-        status=report.status.value,
-        version=report.version,
-        snapshot_id=report.snapshot_id,
-        attempts=report.attempts,
-        conflicts=shown,
-        # Lost attempts not in ``conflicts`` (they lie after its first ``ATTEMPTS_FIRST``).
-        conflicts_left_out=left_out,
-        conflict_count=sum(1 for a in attempts if _is_conflict(a)),
-        wasted_seconds=round(report.wasted_seconds, 3),
-        fence=report.fence,
-        engine=report.engine,
-        rows=report.rows,
-        error=_shown(report.error),
-        # How long the lease was held before the write's first attempt started (admission's cost).
-        grant_to_start_seconds=report.grant_to_start_seconds,
-    )
-    return row
-
-
 def airflow_writes(session: Any, readable: Readable, filters: Filters, task: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """The write task instances, newest first: every task instance that returned a write report,
     and those of occflow's write operators that did not (yet): skipped, failed, deferred."""
@@ -394,28 +277,12 @@ def airflow_writes(session: Any, readable: Readable, filters: Filters, task: Map
             continue
         if not isinstance(report, WriteReport) and filters.table_key is not None:
             continue  # no report: the table is not known here
-        row = _write_row(ti, report)
+        row = write_row(ti, report)
         for attempt in row["conflicts"]:
             if attempt["winner_dag"] and not readable(attempt["winner_dag"]):
-                _commit_only(attempt)
+                commit_only(attempt)
         rows.append(row)
     return rows
-
-
-#: What a winning commit says about the commit itself, not about the Airflow try that made it.
-_COMMIT_FIELDS = ("version", "operation", "timestamp", "snapshot_id", "others", "basis")
-
-
-def _commit_only(attempt: dict[str, Any]) -> None:
-    """The winner's task is in a DAG this reader may not read: show its commit only (version,
-    operation), neither in the winner's text nor in its fields nor in its tag."""
-    commit = attempt.get("winning_commit") or {}
-    kept = {k: commit.get(k) for k in _COMMIT_FIELDS if k in commit}
-    where = (f"v{kept['version']}" if kept.get("version") is not None
-             else f"snapshot {kept['snapshot_id']}" if kept.get("snapshot_id") is not None else "")
-    text = " ".join(p for p in (where, str(kept.get("operation") or "")) if p)
-    attempt.update(winner_task=None, winner_dag=None, winner_run=None, winning_commit=kept or None,
-                   winner=text or None)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 from jinja2 import Environment, select_autoescape
 
-from .data import ATTEMPTS_FIRST
+from .rows import ATTEMPTS_FIRST
 
 _env = Environment(autoescape=select_autoescape(default=True, default_for_string=True))
 

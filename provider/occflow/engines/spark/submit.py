@@ -7,6 +7,9 @@ task, a trigger polling it) and ``poll`` / ``wait`` for the ``WriteOutcome``. A 
 without an outcome becomes a failed outcome whose error is the log tail, classified like any
 other error text, so a crash is never mistaken for success.
 
+No setting is on the driver's command line: its Spark conf and its config (secrets among them)
+are in two files only their owner may read (``submit_files.py``).
+
 Exactly-once reaches the driver: ``submit_job(..., tag=...)`` passes the write's commit tag
 (``engines.tags``) on the driver's command line; the driver puts it on its commit (Iceberg's
 snapshot summary, Delta's txn and user metadata: the format's own ``tagging``) and, right
@@ -32,7 +35,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
@@ -46,10 +48,12 @@ from ...core.operations import Operation, parse_operation
 from ..outcome import ErrorInfo, WriteOutcome
 from ..tags import CommitTag
 from . import submit_fence as commit_fence
+from . import submit_files
 from .config import SparkConfig
 from .errors import classify_error
 from .identifiers import split_table
 from .jobs import ApplicationJob, CallableJob, JobContext, SqlJob, as_job
+from .submit_files import write_atomically
 
 #: The driver spark-submit runs: a file path, since spark-submit takes the application as a file.
 DRIVER_FILE = Path(__file__).with_name("driver.py")
@@ -62,23 +66,6 @@ log = logging.getLogger(__name__)
 
 class SubmitError(InvalidDeclarationError):
     """A job that cannot be submitted, or an outcome path with no submitted job behind it."""
-
-
-def write_atomically(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same directory and a rename: a
-    reader of the channel (state file, outcome) sees the whole file or none."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def spark_submit_path() -> str:
@@ -312,11 +299,11 @@ class SubmittedJob:
     def poll(self) -> WriteOutcome | None:
         """The outcome if the driver has finished, else None."""
         outcome = read_outcome(self.outcome_path)
-        if outcome is not None:
-            return outcome
-        if self.running():
+        if outcome is None and self.running():
             return None
-        outcome = read_outcome(self.outcome_path)  # it may have written just before exiting
+        submit_files.discard(self.outcome_path)  # the driver is done with its conf and config
+        if outcome is None:
+            outcome = read_outcome(self.outcome_path)  # it may have written just before exiting
         return outcome if outcome is not None else self._no_outcome()
 
     def wait(
@@ -407,26 +394,31 @@ class SubmittedJob:
         )
 
 
-def _driver_command(
-    spark_submit: str | None, cfg: SparkConfig, py_files: Sequence[str | Path], out: Path, table: str,
-    op: Operation, params: Mapping[str, str] | None, tag: CommitTag | None,
-    lease_window: tuple[str | Path, int] | None,
-) -> list[str]:
-    """``spark-submit`` with the config's master and conf, then the driver and its arguments
-    (the job's own arguments follow: ``_job_args``)."""
-    command = [spark_submit or spark_submit_path(), "--master", cfg.master]
+def _driver_conf(cfg: SparkConfig, table: str, lease_window: tuple[str | Path, int] | None) -> dict[str, str]:
+    """The Spark conf the driver starts with: the config's, and on Iceberg the lease fence's."""
     conf = cfg.spark_conf()
     if lease_window is not None:  # on Iceberg the lease is checked inside the commit too (submit_fence.py)
         fence = commit_fence.plan(cfg)
         if not fence.at_commit:
             log.warning("spark-submit driver writing %s: %s", table, fence.describe())
         conf = fence.spark_conf(conf, lease_window[0], lease_window[1])
-    for key, value in conf.items():
-        command += ["--conf", f"{key}={value}"]
+    return conf
+
+
+def _driver_command(
+    spark_submit: str, cfg: SparkConfig, py_files: Sequence[str | Path], out: Path, table: str,
+    op: Operation, params: Mapping[str, str] | None, tag: CommitTag | None,
+    lease_window: tuple[str | Path, int] | None,
+) -> list[str]:
+    """``spark-submit`` with the config's master and the files holding its conf and config
+    (``submit_files.py``: no setting is on a command line), then the driver and its arguments
+    (the job's own arguments follow: ``_job_args``)."""
+    properties, config_file = submit_files.paths(out)
+    command = [spark_submit, "--master", cfg.master, "--properties-file", str(properties)]
     if py_files:
         command += ["--py-files", ",".join(str(Path(p).absolute()) for p in py_files)]
     command += [str(DRIVER_FILE), "--outcome", str(out), "--table", table, "--operation", op.value]
-    command += ["--config", json.dumps(cfg.to_dict())]
+    command += ["--config", f"@{config_file}"]
     for key, value in (params or {}).items():
         command += ["--param", f"{key}={value}"]
     if tag is not None:
@@ -470,12 +462,14 @@ def submit_job(
         raise SubmitError(f"outcome path {out} already holds an outcome; give each run its own path")
     out.parent.mkdir(parents=True, exist_ok=True)
     cfg.table_format_spec().prepare()  # SQLite catalog schema, warehouse: before any driver runs
+    spark_submit = spark_submit or spark_submit_path()
     command = _driver_command(spark_submit, cfg, py_files, out, table, op, params, tag, lease_window)
     command += _job_args(the_job)
     child_env = dict(os.environ)
     child_env.setdefault("PYSPARK_PYTHON", sys.executable)
     child_env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     child_env.update(env or {})
+    submit_files.write(out, _driver_conf(cfg, table, lease_window), cfg.to_dict(), spark_submit, child_env)
     log_path = str(out) + ".log"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
