@@ -47,7 +47,7 @@ fi
 stamp=.venv/.occflow-lock-stamp
 if [ ! -f "$stamp" ] || ! cmp -s <(cat requirements.lock requirements-build.lock) "$stamp"; then
   echo "bootstrap: installing $(grep -c '^[A-Za-z0-9]' requirements.lock) Python packages from requirements.lock" \
-    "(Airflow, PySpark and Iceberg's jars, delta-rs, pyodps, ...: a few minutes on a fresh machine)"
+    "(Airflow, PySpark, delta-rs, pyodps, ...: a few minutes on a fresh machine)"
   .venv/bin/uv pip install -q --python .venv/bin/python --require-hashes -r requirements.lock \
     --build-constraints requirements-build.lock --require-build-hashes
   # occflow itself, editable: no hash to check (hash-checking mode refuses editables), but its
@@ -72,9 +72,49 @@ if [ ! -f "$compiled" ] || ! cmp -s requirements.lock "$compiled"; then
   cp requirements.lock "$compiled"
 fi
 
+# JVM artifacts (docs/getting-started.md#supply-chain): the jars Spark loads (Iceberg's Spark
+# runtime, delta-spark, delta-storage) are the exact Maven coordinates of scripts/jvm/pom.xml,
+# resolved with Maven from Maven Central into .venv/share/occflow/jars/: Maven checks each
+# download against Central's checksums (--strict-checksums, checksumPolicy fail), transitive
+# dependencies are excluded (Spark has them), and each jar must then have the sha256 pinned in
+# scripts/jvm/jars.sha256 (recorded beside the jars in SHA256SUMS). Resolved again only when the
+# pom or the pins change, or a jar no longer matches its recorded sha256. Spark gets the local
+# paths (engines/spark/jvm_artifacts.py): nothing is downloaded when a session starts.
+repo_root=$PWD
+jars_dir=.venv/share/occflow/jars
+maven_repo=${OCCFLOW_MAVEN_REPO:-$PWD/.venv/share/occflow/m2}
+jvm_stamp=$jars_dir/.occflow-pom-stamp
+pinned_jars() { grep -v '^#' "$repo_root/scripts/jvm/jars.sha256"; }
+if [ ! -f "$jvm_stamp" ] || ! cmp -s <(cat scripts/jvm/pom.xml scripts/jvm/jars.sha256) "$jvm_stamp" \
+    || ! (cd "$jars_dir" && sha256sum --quiet --strict -c SHA256SUMS >/dev/null 2>&1); then
+  command -v mvn >/dev/null || { echo "bootstrap: mvn (Maven) is not on PATH: install the Debian package maven" >&2; exit 1; }
+  echo "bootstrap: resolving the JVM artifacts of scripts/jvm/pom.xml from Maven Central into $jars_dir (Maven, strict checksums)"
+  mkdir -p "$(dirname "$jars_dir")"
+  rm -rf "$jars_dir.new"
+  if ! mvn -B -q -Dstyle.color=never --strict-checksums -Dmaven.repo.local="$maven_repo" -f scripts/jvm/pom.xml \
+      dependency:copy-dependencies -Doccflow.jars.dir="$PWD/$jars_dir.new" >"$jars_dir.log" 2>&1; then
+    cat "$jars_dir.log" >&2
+    echo "bootstrap: FAILED to resolve the JVM artifacts of scripts/jvm/pom.xml from Maven Central (network," \
+      "or a download whose checksum does not match Central's): Maven's output is above and in $jars_dir.log" >&2
+    exit 1
+  fi
+  if ! (cd "$jars_dir.new" && pinned_jars | sha256sum --strict -c --quiet -) \
+      || [ "$(cd "$jars_dir.new" && ls)" != "$(pinned_jars | awk '{print $2}' | sort)" ]; then
+    echo "bootstrap: FAILED: the jars Maven resolved into $jars_dir.new are not the ones pinned in" \
+      "scripts/jvm/jars.sha256 (names or sha256 differ; update both files together)" >&2
+    exit 1
+  fi
+  (cd "$jars_dir.new" && sha256sum -- *.jar >SHA256SUMS)
+  cat scripts/jvm/pom.xml scripts/jvm/jars.sha256 >"$jars_dir.new/.occflow-pom-stamp"
+  rm -rf "$jars_dir" "$jars_dir.log"
+  mv "$jars_dir.new" "$jars_dir"
+  echo "bootstrap: JVM artifacts in $jars_dir: $(cd "$jars_dir" && ls -- *.jar | paste -sd ' ')"
+fi
+
 # The spark-submit driver's lease check inside its Iceberg commit (engines/spark/java/): compiled
-# with the JDK's javac against the Iceberg and Hadoop jars installed above, no network.
+# with Maven (scripts/jvm/fence/pom.xml) against the manifest's jars resolved above and PySpark's
+# Hadoop API jar; its Maven plugins are resolved the same way once, a rebuild needs no network.
 if ! .venv/bin/python -m occflow.engines.spark.submit_fence status >/dev/null; then
-  echo "bootstrap: compiling the spark-submit driver's commit-time lease check (javac)"
-  .venv/bin/python -m occflow.engines.spark.submit_fence build
+  echo "bootstrap: compiling the spark-submit driver's commit-time lease check (mvn package)"
+  OCCFLOW_MAVEN_REPO=$maven_repo .venv/bin/python -m occflow.engines.spark.submit_fence build
 fi

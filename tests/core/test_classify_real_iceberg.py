@@ -27,12 +27,10 @@ Py4JJavaError = py4j_protocol.Py4JJavaError
 
 
 def _iceberg_jar() -> Path:
-    import snowpark_connect_deps_iceberg  # the PyPI package that ships the Iceberg runtime jars
+    # The manifest's Iceberg runtime (scripts/jvm/pom.xml), resolved by the bootstrap with Maven.
+    from occflow.engines.spark.jvm_artifacts import ICEBERG_SPARK_RUNTIME, jar
 
-    jars = sorted(Path(snowpark_connect_deps_iceberg.__file__).parent.glob("jars/iceberg-spark-runtime-3.5_2.12-*.jar"))
-    if not jars:
-        pytest.fail("iceberg-spark-runtime-3.5_2.12 jar not found in snowpark_connect_deps_iceberg/jars")
-    return jars[-1]
+    return Path(jar(ICEBERG_SPARK_RUNTIME))
 
 
 @pytest.fixture(scope="module")

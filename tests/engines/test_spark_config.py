@@ -87,9 +87,12 @@ def test_config_that_is_not_a_mapping_is_rejected() -> None:
         SparkConfig.from_dict(["master", "local"])  # type: ignore[arg-type]
 
 
-def test_delta_without_jars_names_the_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_delta_without_jars_names_the_manifest_coordinate_and_the_environment_variable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.delenv("OCCFLOW_DELTA_SPARK_JARS", raising=False)
-    with pytest.raises(SparkConfigError, match="OCCFLOW_DELTA_SPARK_JARS"):
+    monkeypatch.setenv("OCCFLOW_JVM_JARS_DIR", str(tmp_path))  # a bootstrap that resolved nothing
+    with pytest.raises(SparkConfigError, match="io.delta:delta-spark_2.12:3.3.3.*OCCFLOW_DELTA_SPARK_JARS"):
         SparkConfig(table_format="delta").spark_conf()
 
 

@@ -21,7 +21,6 @@ import pytest
 from occflow.core.operations import parse_operation
 from occflow.engines.ledger import LeaseNotLive
 from occflow.engines.spark import SparkConfig, SparkEngine
-from occflow.engines.spark.iceberg_catalog import runtime_jars
 from occflow.engines.spark.lease_window import (
     LEASE_NOT_LIVE,
     WindowPublisher,
@@ -29,7 +28,7 @@ from occflow.engines.spark.lease_window import (
     window_path,
     write_window,
 )
-from occflow.engines.spark.submit import _driver_command, submit_job
+from occflow.engines.spark.submit import _driver_command, _driver_conf, submit_job
 from occflow.engines.spark.submit_fence import (
     AT_COMMIT,
     AT_STATEMENT_START,
@@ -291,7 +290,7 @@ def _java_refusal(path: Path, fence: int, margin: float = 1.0) -> str | None:
     jar, why = built_jar()
     assert jar is not None, why  # scripts/bootstrap.sh builds it
     done = subprocess.run(
-        ["java", "-cp", f"{jar}:{runtime_jars()[0]}", "occflow.iceberg.LeaseWindow", str(path), str(fence),
+        ["java", "-cp", str(jar), "occflow.lease.LeaseWindow", str(path), str(fence),
          str(margin)], capture_output=True, text=True, timeout=120,
     )
     assert done.returncode in (0, 1), done.stderr
@@ -344,9 +343,12 @@ def test_java_check_refuses_the_windows_the_python_check_refuses(tmp_path: Path)
 
 def test_fenced_driver_gets_the_wrapping_catalog_and_its_delegate(tmp_path: Path) -> None:
     config = _config(tmp_path)
+    window = (tmp_path / "o.json.lease.json", FENCE)
     command = _driver_command("spark-submit", config, (), tmp_path / "o.json", "lake.db.t", parse_operation("insert_into"),
-                              None, None, (tmp_path / "o.json.lease.json", FENCE))
-    conf = dict(value.split("=", 1) for flag, value in zip(command, command[1:], strict=False) if flag == "--conf")
+                              None, None, window)
+    # The conf travels in a 0600 properties file, never on the command line (submit_files.py).
+    assert "--conf" not in command and "--properties-file" in command
+    conf = _driver_conf(config, "lake.db.t", window)
     jar, why = built_jar()
     assert jar is not None, why
     assert conf["spark.sql.catalog.lake.catalog-impl"] == FENCED_CATALOG
@@ -369,8 +371,8 @@ def test_hadoop_catalog_type_becomes_the_delegate_type(tmp_path: Path) -> None:
 
 
 def test_unfenced_plans_say_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    delta = plan(SparkConfig(home=str(tmp_path), table_format="delta", catalog={"jars": []}))
-    assert delta.checked_at == AT_STATEMENT_START and "delta" in delta.reason
+    parquet = plan(SparkConfig(home=str(tmp_path), table_format="parquet"))
+    assert parquet.checked_at == AT_STATEMENT_START and "parquet" in parquet.reason
     monkeypatch.setenv(JAR_ENV, str(tmp_path / "none.jar"))
     missing = plan(_config(tmp_path))
     assert missing.checked_at == AT_STATEMENT_START and "none.jar is not built" in missing.describe()

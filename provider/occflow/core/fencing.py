@@ -11,6 +11,12 @@ a snapshot older than it fails delta-rs's own conflict check (``metadata_changed
 operation, so the stalled writer can commit only before it (when the new write then reads its
 result), never after. It happens only when a lease lapsed, which is rare; the writes that ran
 beside it on other partitions retry from a fresh snapshot, as after any schema change.
+
+On MaxCompute a job commits on the service at its end, whatever becomes of the client that
+submitted it: the write admitted in a stalled writer's place stops that writer's running
+instances on the service (found by the fencing token in their settings) and waits until they
+ended before it submits its own, so a stalled job either committed before (and is read) or
+never commits.
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ class CommitFence:
     fence: int
     supersedes: tuple[str, ...] = ()
     superseded_fence: int = 0
+    #: The fencing token of each superseded lease, in ``supersedes``' order (an engine that
+    #: finds a stalled writer's running job by the token it carries stops exactly those).
+    superseded_fences: tuple[int, ...] = ()
 
     def needs_fencing(self, fenced_up_to: int) -> bool:
         """Whether the table, fenced up to token ``fenced_up_to``, must be fenced further."""

@@ -313,8 +313,8 @@ class LeaseStore:
         of their fencing tokens. Asked before the write reads the table, and after its gate."""
         with self._locked(lease.table) as tx:
             rows = tx.lapsed_conflicting(lease.claim, LAPSED_MEMORY)
-        return CommitFence(lease.lease_id, lease.fence, tuple(r.lease_id for r in rows),
-                           max((int(r.fence or 0) for r in rows), default=0))
+        fences = tuple(int(r.fence or 0) for r in rows)
+        return CommitFence(lease.lease_id, lease.fence, tuple(r.lease_id for r in rows), max(fences, default=0), fences)
 
     # -- holding and letting go ------------------------------------------------------------
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping
+import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ...core.errors import InvalidDeclarationError
 from ...core.identifiers import unquoted_parts
-from ..tags import WRITE_ID
+from ..tags import FENCE, WRITE_ID
 from .ledger import SETTING_PREFIX
 from .sql import read_maxcompute_write
 
@@ -71,6 +72,33 @@ class ProjectJobs:
     def of_write(self, table: str, write_id: str) -> list[TaggedInstance]:
         """Every instance of one logical write, oldest first."""
         return [t for t in self.tagged(table) if t.write_id == write_id]
+
+
+#: The setting that carries the fencing token of the lease a job was submitted under.
+FENCE_SETTING = SETTING_PREFIX + FENCE
+
+
+def stop_fenced_jobs(client: Any, table: str, fences: Iterable[int], *, timeout: float = 600.0,
+                     poll: float = 0.5) -> list[str]:
+    """Stop the running instances writing ``table`` that were submitted under one of ``fences``
+    (leases that lapsed: their clients may be stalled, their jobs still run on the service),
+    and wait until each has ended; the ids stopped. An instance ends committed (it finished
+    first) or cancelled: never after this returns."""
+    wanted = {str(f) for f in fences}
+    stopped = []
+    for instance in client.list_instances(status="Running"):
+        settings, sql = _task_settings(instance)
+        if settings.get(FENCE_SETTING) in wanted and _writes(sql, table) and not instance.is_terminated():
+            instance.stop()
+            stopped.append(instance)
+    deadline = time.monotonic() + timeout
+    for instance in stopped:
+        while not instance.is_terminated():
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"instance {instance.id} of a lapsed lease on {table} did not end "
+                                   f"within {timeout:.0f}s of being stopped")
+            time.sleep(poll)
+    return [str(i.id) for i in stopped]
 
 
 def _task_settings(instance: Any) -> tuple[dict[str, str], str]:

@@ -7,6 +7,7 @@ the caller about the instance (the Airflow face publishes its id and log view).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +18,7 @@ from ...core.tablefacts import TableFacts
 from ..outcome import WriteOutcome
 from ..target import AttemptContext
 from .facts import maxcompute_table_facts
-from .jobs import ProjectJobs
+from .jobs import ProjectJobs, stop_fenced_jobs
 from .ledger import MaxComputeLedger
 from .writer import MaxComputeWrite
 
@@ -59,8 +60,19 @@ class MaxComputeTarget:
             hints=self.hints,
             leaves_residue=declaration.operation in declaration.profile.residue_on_failure,
             poll_interval=self.poll_interval,
+            fence=attempt.fence,
         )
-        return write.run(before_submit=attempt.before_commit, on_instance=self.on_instance)
+        fence = attempt.commit_fence()
+        if fence is not None and fence.superseded_fences:
+            # Leases this write supersedes lapsed; their jobs may still run on the service with
+            # nobody to stop them (a frozen client): stop them and wait before submitting.
+            stop_fenced_jobs(self.client, declaration.table, fence.superseded_fences)
+
+        def lapsed() -> bool:
+            until = attempt.lease_live_until()
+            return until is not None and until < time.time()
+
+        return write.run(before_submit=attempt.before_commit, on_instance=self.on_instance, lease_lapsed=lapsed)
 
     def commit_ledger(self, only_if: Mapping[str, str] | None = None) -> MaxComputeLedger:
         """The project's instances carrying occflow's tag (``jobs.ProjectJobs``)."""

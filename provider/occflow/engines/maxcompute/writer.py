@@ -31,10 +31,11 @@ from typing import Any
 from ...core.classify import classify
 from ...core.kinds import ConflictKind
 from ...core.operations import Operation
+from ..ledger import FencedOut
 from ..outcome import ErrorInfo, WriteOutcome
 from ..tags import CommitTag
 from .errors import ResidueError
-from .jobs import ProjectJobs, TaggedInstance
+from .jobs import FENCE_SETTING, ProjectJobs, TaggedInstance
 from .ledger import maxcompute_hints
 
 ENGINE = "maxcompute"
@@ -75,6 +76,9 @@ class MaxComputeWrite:
     hints: Mapping[str, str] = field(default_factory=dict)
     leaves_residue: bool = False  # the profile says a failed INTO may leave its rows (spec 000)
     poll_interval: float = 1.0
+    #: The lease's fencing token, carried in the job's settings (``jobs.FENCE_SETTING``): a
+    #: write admitted after the lease lapsed finds and stops the job by it.
+    fence: int | None = None
 
     def find_running(self) -> TaggedInstance | None:
         """A still-running instance of this write (the one a dead try left), if any."""
@@ -84,6 +88,8 @@ class MaxComputeWrite:
 
     def submit(self) -> Any:
         hints = {**{str(k): str(v) for k, v in self.hints.items()}}
+        if self.fence is not None:
+            hints[FENCE_SETTING] = str(self.fence)
         unique = None
         if self.tag is not None:
             hints.update(maxcompute_hints(self.tag))
@@ -95,6 +101,7 @@ class MaxComputeWrite:
         self,
         before_submit: Callable[[], None] = lambda: None,
         on_instance: Callable[[Any, bool], None] = lambda instance, reconnected: None,
+        lease_lapsed: Callable[[], bool] = lambda: False,
     ) -> WriteOutcome:
         """Reconnect or submit, wait, and return the outcome (``ResidueError`` for a failed INTO
         that may have left rows behind on a standard table)."""
@@ -115,6 +122,14 @@ class MaxComputeWrite:
             tag["reconnected"] = "true"
         if error is None:
             return self._committed(info, tag, seconds)
+        if self.fence is not None and lease_lapsed() and not instance.is_successful():
+            # The lease lapsed while the job ran (this client stalled): a write admitted in its
+            # place stopped the job on the service before it committed (jobs.stop_fenced_jobs).
+            raise FencedOut(
+                f"the lease of this write (fence {self.fence}) lapsed while its instance {instance.id} ran, "
+                f"and the instance ended without committing ({error}): a write admitted in its place "
+                "stops such jobs before it submits its own", self.fence,
+            ) from error
         found = classify(error)
         if found.kind is ConflictKind.COMMIT_STATE_UNKNOWN:  # first: nothing may retry it blindly
             raise CommitStateUnknownError(str(instance.id), self.table, self.partitions or (), str(error),

@@ -1,20 +1,24 @@
-"""The lease check inside an in-process Spark write's Iceberg commit (issue 31, docs/exactly-once.md).
+"""The lease check inside an in-process Spark write's Iceberg or Delta commit (issues 31 and 34,
+docs/exactly-once.md).
 
-A spark-submit driver checks its lease inside Iceberg's commit through the lease-fenced catalog
-(``submit_fence.py``). An in-process write (``SparkTarget``: the SQL, DataFrame and callable jobs
-of ``SparkWriteOperator``) runs on a session that every write of the process shares, so the
-catalog cannot name one write's window in its properties. Instead:
+A spark-submit driver checks its lease inside Iceberg's commit through the lease-fenced catalog,
+and inside delta-spark's through the lease-fenced log store (``submit_fence.py``). An in-process
+write (``SparkTarget``: the SQL, DataFrame and callable jobs of ``SparkWriteOperator``) runs on a
+session that every write of the process shares, so the catalog (or log store) cannot name one
+write's window in its settings. Instead:
 
-- the session starts with its Iceberg catalog wrapped in the lease-fenced catalog in its
-  ``thread`` scope (``session_conf``, from ``SparkEngine.session``), when the jar is built;
+- the session starts with its Iceberg catalog wrapped in the lease-fenced catalog, or on Delta
+  its log stores replaced by the lease-fenced log store, in their ``thread`` scope
+  (``session_conf``, from ``SparkEngine.session``), when the jar is built;
 - each attempt under a lease publishes its window (fence, live until, from the lease's keeper)
   to a file of its own, kept fresh by a ``WindowPublisher`` while the attempt runs, and names
   that file to the JVM thread that runs its statements (``attempt_window``);
-- every commit on that thread reads the file inside ``TableOperations.commit``, after the
-  statement wrote its files: a writer that stalls inside the engine call past its lease refuses
-  its own commit (``LeaseNotLiveException``), and the target raises ``LeaseNotLive``.
+- every commit on that thread reads the file inside ``TableOperations.commit`` (Iceberg) or
+  right before ``LogStore.write`` of the ``_delta_log/<version>.json`` commit file (Delta), after
+  the statement wrote its files: a writer that stalls inside the engine call past its lease
+  refuses its own commit (``LeaseNotLiveException``), and the target raises ``LeaseNotLive``.
 
-Why a thread-local (``occflow.iceberg.AttemptWindow.CURRENT``) rather than a Spark conf: a conf
+Why a thread-local (``occflow.lease.AttemptWindow.CURRENT``) rather than a Spark conf: a conf
 of the shared session is one value for every concurrent write of the process, and a session per
 attempt would build (and leak) a catalog with its JDBC pool per attempt. Spark commits a statement
 on the driver thread that runs it, and PySpark in its default pinned-thread mode gives each Python
@@ -41,8 +45,11 @@ from .submit_fence import (
     AT_COMMIT,
     AT_STATEMENT_START,
     COMMIT_MARGIN,
+    DELTA_LOG_STORE_KEY,
+    DELTA_SETTING,
     FENCE_KEY,
     FENCED_CATALOG,
+    FENCED_LOG_STORE,
     MARGIN_KEY,
     SCOPE_KEY,
     THREAD_SCOPE,
@@ -53,14 +60,15 @@ from .submit_fence import (
 
 _log = logging.getLogger(__name__)
 
-#: The JVM class whose thread-local names the attempt's window (``java/occflow/iceberg/``).
-ATTEMPT_WINDOW_CLASS = "occflow.iceberg.AttemptWindow"
+#: The JVM class whose thread-local names the attempt's window (``java/occflow/lease/``).
+ATTEMPT_WINDOW_CLASS = "occflow.lease.AttemptWindow"
 
 
 def session_conf(conf: Mapping[str, str], config: SparkConfig) -> dict[str, str]:
     """An in-process session's conf: its Iceberg catalog wrapped in the thread-scoped lease-fenced
-    catalog when ``plan`` says the commit can be fenced (Iceberg, Iceberg's ``SparkCatalog``, the
-    jar built); ``conf`` unchanged otherwise (``in_session`` says why, at each attempt)."""
+    catalog, or its Delta log stores the thread-scoped lease-fenced log store, when ``plan`` says
+    the commit can be fenced (Iceberg's ``SparkCatalog`` or delta-spark, the jar built); ``conf``
+    unchanged otherwise (``in_session`` says why, at each attempt)."""
     if config.remote:
         return dict(conf)
     return plan(config).attempt_conf(conf)
@@ -68,27 +76,37 @@ def session_conf(conf: Mapping[str, str], config: SparkConfig) -> dict[str, str]
 
 def in_session(spark: Any, config: SparkConfig) -> CommitFence:
     """Where an attempt on ``spark`` has its lease checked last: inside each commit (the
-    session's catalog is the thread-scoped lease-fenced catalog and PySpark pins threads), or
-    right before its write statement starts, and why. The session's conf is the truth."""
+    session's catalog is the thread-scoped lease-fenced catalog, or on Delta its log store the
+    thread-scoped lease-fenced log store, and PySpark pins threads), or right before its write
+    statement starts, and why. The session's conf is the truth."""
     catalog = config.table_catalog
+    delta = config.table_format == "delta"
+    fmt = {"table_format": config.table_format} if delta else {}
     if config.remote:
-        return CommitFence(AT_STATEMENT_START, catalog=catalog, reason=(
+        return CommitFence(AT_STATEMENT_START, catalog=catalog, **fmt, reason=(
             "a Spark Connect session commits in a JVM this process cannot name the attempt's window to"))
-    prefix = f"spark.sql.catalog.{catalog}"
-    fenced = (spark.conf.get(f"{prefix}.catalog-impl", None) == FENCED_CATALOG
-              and spark.conf.get(f"{prefix}.{SCOPE_KEY}", None) == THREAD_SCOPE)
+    if delta:
+        what = "Delta log store"
+        fenced = (spark.conf.get(DELTA_LOG_STORE_KEY.format("file"), None) == FENCED_LOG_STORE
+                  and spark.conf.get(DELTA_SETTING.format(SCOPE_KEY), None) == THREAD_SCOPE)
+    else:
+        what = f"catalog {catalog}"
+        prefix = f"spark.sql.catalog.{catalog}"
+        fenced = (spark.conf.get(f"{prefix}.catalog-impl", None) == FENCED_CATALOG
+                  and spark.conf.get(f"{prefix}.{SCOPE_KEY}", None) == THREAD_SCOPE)
     if not fenced:
         planned = plan(config)
         if not planned.at_commit:
             return planned
-        return CommitFence(AT_STATEMENT_START, catalog=catalog, reason=(
-            f"this session's catalog {catalog} is not the thread-scoped lease-fenced catalog (a session "
+        return CommitFence(AT_STATEMENT_START, catalog=catalog, **fmt, reason=(
+            f"this session's {what} is not the thread-scoped lease-fenced one (a session "
             "started before the jar was built, or by someone else: SparkEngine.attach)"))
     if not _pinned_threads(spark):
-        return CommitFence(AT_STATEMENT_START, catalog=catalog, reason=(
+        return CommitFence(AT_STATEMENT_START, catalog=catalog, **fmt, reason=(
             "PySpark runs without pinned threads (PYSPARK_PIN_THREAD=false): a Python thread's calls may run "
-            "on any JVM thread, so the catalog cannot tell which attempt a commit belongs to"))
-    return CommitFence(AT_COMMIT, catalog=catalog, jar=str(spark.sparkContext.getConf().get("spark.jars", "")))
+            f"on any JVM thread, so the {what} cannot tell which attempt a commit belongs to"))
+    return CommitFence(AT_COMMIT, catalog=catalog, **fmt,
+                       jar=str(spark.sparkContext.getConf().get("spark.jars", "")))
 
 
 def _pinned_threads(spark: Any) -> bool:
@@ -104,7 +122,7 @@ def _thread_window(spark: Any) -> Any:
         return cls.getField("CURRENT").get(None)
     except Exception as exc:
         raise SparkConfigError(
-            f"the session's catalog is the lease-fenced catalog but {ATTEMPT_WINDOW_CLASS} cannot be loaded "
+            f"the session's catalog (or log store) is the lease-fenced one but {ATTEMPT_WINDOW_CLASS} cannot be loaded "
             f"from its jars ({exc}): start the session with the jar in spark.jars"
         ) from exc
 
@@ -113,7 +131,7 @@ def _thread_window(spark: Any) -> Any:
 def attempt_window(
     spark: Any, fence: int, live_until: Callable[[], float | None], margin: float = COMMIT_MARGIN
 ) -> Iterator[Path]:
-    """Inside, every Iceberg commit this thread makes on ``spark`` checks the lease of ``fence``:
+    """Inside, every Iceberg or Delta commit this thread makes on ``spark`` checks the lease of ``fence``:
     its window file (yielded), kept fresh from ``live_until`` (epoch seconds; ``None`` or 0: lost).
 
     On the way out the window says "lost", then the file goes: a statement that the task gave up

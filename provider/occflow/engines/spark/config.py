@@ -14,6 +14,7 @@ from .delta_spark import DeltaFormat
 from .formats import NoConflictDetectionWarning, PlainFormat, TableFormat
 from .iceberg import IcebergFormat
 from .iceberg_catalog import IcebergCatalogConfig
+from .jvm_artifacts import check_spark_jars
 from .log4j import LOG_LEVELS, driver_log_conf
 from .settings import (
     PathText,
@@ -158,6 +159,9 @@ class SparkConfig(SparkSettings):
             "spark.ui.showConsoleProgress": "false",
         }
         out.update(fmt.spark_conf())
+        # The format's jars are checked by the format; the user's extra ones here, before any write.
+        check_spark_jars([*self.jars, *str(self.conf.get("spark.jars", "")).split(",")],
+                         origin="the Spark config's jars / spark.jars")
         jars = [*fmt.jars(), *self.jars]
         if jars:
             out["spark.jars"] = ",".join(jars)

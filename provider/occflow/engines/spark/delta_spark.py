@@ -1,9 +1,13 @@
 """Delta Lake on Spark via delta-spark: the user's jars, Delta's SQL extensions and catalog, the
 exactly-once ledger (``DESCRIBE HISTORY``) and the commit tag as delta-spark carries it.
 
-occflow ships no Delta jars (Maven artifacts, matched to the cluster's Spark and Scala): the
-user names them, in the config's ``jars`` or in ``OCCFLOW_DELTA_SPARK_JARS`` (comma-separated
-paths), e.g. ``delta-spark_2.12-3.3.2.jar,delta-storage-3.3.2.jar`` for Spark 3.5.
+The jars: by default the manifest's ``io.delta:delta-spark_2.12:3.3.3`` and
+``io.delta:delta-storage:3.3.3`` (``scripts/jvm/pom.xml``, resolved by the bootstrap into
+``<sys.prefix>/share/occflow/jars/``: ``jvm_artifacts.py``). Users who bring their own (matched to
+their cluster's Spark and Scala) name them in the config's ``jars`` or in
+``OCCFLOW_DELTA_SPARK_JARS`` (comma-separated paths). Either way the list is checked against the
+running PySpark before a session starts: a delta-spark and a delta-storage jar of one version,
+none built for another Scala or Spark line.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from ..outcome import WriteOutcome
 from ..tags import APP_VERSION, CommitTag
 from .formats import CommitInfo
 from .identifiers import quote_table
+from .jvm_artifacts import DELTA_SPARK, DELTA_STORAGE, check_spark_jars, delta_jar_problems, jar, running_spark
 from .settings import SparkConfigError
 
 JARS_ENV = "OCCFLOW_DELTA_SPARK_JARS"
@@ -35,7 +40,7 @@ def jars_from_env() -> list[str]:
 
 @dataclass(frozen=True)
 class DeltaFormat:
-    jar_paths: tuple[str, ...]
+    jar_paths: tuple[str, ...] = ()
     name: str = "delta"
 
     @classmethod
@@ -53,15 +58,32 @@ class DeltaFormat:
         return {"spark.sql.extensions": EXTENSIONS, "spark.sql.catalog.spark_catalog": CATALOG}
 
     def jars(self) -> list[str]:
-        jars = list(self.jar_paths) or jars_from_env()
-        if not jars:
-            raise SparkConfigError(
-                f"Delta on Spark needs the delta-spark jars: set {JARS_ENV} to comma-separated jar "
-                "paths (delta-spark_2.12 and delta-storage for Spark 3.5) or give catalog.jars"
-            )
+        """catalog.jars, else ``$OCCFLOW_DELTA_SPARK_JARS``, else the manifest's delta-spark and
+        delta-storage jars; checked against the running Spark (``SparkConfigError`` if they do
+        not fit it)."""
+        if self.jar_paths:
+            jars, origin = list(self.jar_paths), "catalog.jars"
+        elif jars_from_env():
+            jars, origin = jars_from_env(), JARS_ENV
+        else:
+            try:
+                return [jar(DELTA_SPARK), jar(DELTA_STORAGE)]
+            except SparkConfigError as exc:
+                raise SparkConfigError(
+                    f"Delta on Spark needs the delta-spark jars: {exc}; or bring your own: set {JARS_ENV} to "
+                    "comma-separated jar paths (delta-spark_2.12 and delta-storage for Spark 3.5) or give catalog.jars"
+                ) from None
         missing = [j for j in jars if "://" not in j and not Path(j).is_file()]
         if missing:
-            raise SparkConfigError(f"Delta jars not found: {', '.join(missing)} (from {JARS_ENV} or catalog.jars)")
+            raise SparkConfigError(f"Delta jars not found: {', '.join(missing)} (from {origin})")
+        check_spark_jars(jars, origin=origin)
+        problems = delta_jar_problems(jars)
+        if problems:
+            version, scala = running_spark()
+            raise SparkConfigError(
+                f"Delta jars from {origin} do not make a delta-spark for the running Spark {version} (Scala {scala}): "
+                + "; ".join(problems) + f" (the manifest's: {DELTA_SPARK.coordinate}, {DELTA_STORAGE.coordinate})"
+            )
         return jars
 
     def prepare(self) -> None:

@@ -7,9 +7,10 @@ writers across processes, so two Spark drivers committing to one table never los
 (``tests/engines/test_spark_iceberg.py`` proves it with row counts). PostgreSQL works the same
 way: give a ``jdbc:postgresql://`` ``uri`` (Debian: libpostgresql-jdbc-java).
 
-The runtime jar comes from the ``snowpark-connect-deps-iceberg`` package; it already contains
-the SQL extensions (``IcebergSparkSessionExtensions``), so the separate extensions jar is not
-added twice.
+The runtime jar is the manifest's ``org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2``
+(``scripts/jvm/pom.xml``, resolved by the bootstrap into ``<sys.prefix>/share/occflow/jars/``:
+``jvm_artifacts.py``); it already contains the SQL extensions (``IcebergSparkSessionExtensions``),
+so the separate extensions jar is not added.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from typing import Any
 
 from pydantic import Field, StrictBool, field_validator, model_validator
 
+from .jvm_artifacts import ICEBERG_SPARK_RUNTIME, jar
 from .settings import PathText, SparkConfigError, SparkSettings, SparkValues, no_settings
 
-RUNTIME_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
+RUNTIME_JAR = ICEBERG_SPARK_RUNTIME.file_name
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 JDBC_DRIVER_JARS = {
     # scheme -> (jar candidates under /usr/share/java, Debian package)
@@ -46,18 +48,8 @@ _SQLITE_TABLES = (
 
 
 def runtime_jars() -> list[str]:
-    """The Iceberg Spark runtime jar (Scala 2.12, as PySpark 3.5 is) from its PyPI package."""
-    try:
-        from snowpark_connect_deps_iceberg import get_jars_dir  # optional heavy dependency
-    except ImportError as exc:
-        raise SparkConfigError(
-            "Iceberg on Spark needs the snowpark-connect-deps-iceberg package (pip install "
-            "'airflow-provider-occflow[spark]')"
-        ) from exc
-    jar = Path(get_jars_dir()) / RUNTIME_JAR
-    if not jar.is_file():
-        raise SparkConfigError(f"Iceberg runtime jar {RUNTIME_JAR} is missing from {get_jars_dir()}")
-    return [str(jar)]
+    """The Iceberg Spark runtime jar (Scala 2.12, as PySpark 3.5 is) from the manifest's folder."""
+    return [jar(ICEBERG_SPARK_RUNTIME)]
 
 
 def jdbc_driver_jar(uri: str) -> str | None:

@@ -8,6 +8,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Set;
+import occflow.lease.LeaseWindow;
 import org.apache.hadoop.conf.Configurable;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.iceberg.BaseTable;
@@ -41,7 +42,7 @@ import org.apache.iceberg.view.ViewBuilder;
  * <p>Which window a commit checks is the catalog's {@code occflow.lease.scope}: {@code catalog}
  * (the default; a spark-submit driver runs one write, whose window the catalog's own properties
  * name) or {@code thread} (an in-process session that every write of the process shares: the
- * window of the attempt the committing thread runs, {@link AttemptWindow}).
+ * window of the attempt the committing thread runs, {@link occflow.lease.AttemptWindow}).
  */
 public class LeaseFencedCatalog
     implements Catalog, SupportsNamespaces, ViewCatalog, Configurable, Closeable {
@@ -72,11 +73,11 @@ public class LeaseFencedCatalog
     this.name = catalogName;
     String scope = properties.getOrDefault(SCOPE, SCOPE_CATALOG);
     if (SCOPE_THREAD.equals(scope)) {
-      this.window = AttemptWindow::check;
+      this.window = LeaseCheck.attempt();
       this.fenceText = "the committing thread's attempt window";
     } else if (SCOPE_CATALOG.equals(scope)) {
       LeaseWindow own = LeaseWindow.fromProperties(catalogName, properties);
-      this.window = own;
+      this.window = LeaseCheck.of(own);
       this.fenceText = "fence " + own.fence();
     } else {
       throw new IllegalArgumentException(

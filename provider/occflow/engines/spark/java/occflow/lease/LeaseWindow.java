@@ -1,23 +1,26 @@
-package occflow.iceberg;
+package occflow.lease;
 
 import java.io.IOException;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.util.Locale;
 import java.util.Map;
-import org.apache.iceberg.shaded.com.fasterxml.jackson.databind.JsonNode;
-import org.apache.iceberg.util.JsonUtil;
 
 /**
- * The task's lease window as a spark-submit driver sees it: a JSON file {@code {"fence": N,
- * "live_until": EPOCH_SECONDS}} that the task keeps fresh while its lease is live
+ * The task's lease window as a commit sees it: a JSON file {@code {"fence": N, "live_until":
+ * EPOCH_SECONDS}} that the task keeps fresh while its lease is live
  * (occflow/engines/spark/lease_window.py writes it and checks it the same way, in Python).
  *
  * <p>Read on every check, never cached: the point is to see the task's latest word at the commit.
- * {@code main} runs one check from the command line (the tests hold it against the Python check).
+ * Each table format's wrapper turns a refusal into its own exception: the Iceberg catalog ({@code
+ * occflow.iceberg.LeaseFencedCatalog}) and the Delta log store ({@code
+ * occflow.delta.LeaseFencedLogStore}). This class depends on no table format (nor on a JSON
+ * library: {@link WindowJson}), so both load it. {@code main} runs one check from the command line
+ * (the tests hold it against the Python check).
  */
-public final class LeaseWindow implements LeaseCheck {
+public final class LeaseWindow {
   public static final String WINDOW = "occflow.lease.window";
   public static final String FENCE = "occflow.lease.fence";
   public static final String MARGIN = "occflow.lease.commit-margin-seconds";
@@ -32,44 +35,44 @@ public final class LeaseWindow implements LeaseCheck {
     this.marginSeconds = marginSeconds;
   }
 
-  /** From the catalog's properties; a fenced catalog without its window is a setup error. */
-  static LeaseWindow fromProperties(String catalog, Map<String, String> properties) {
+  /** From a wrapper's properties; a fenced wrapper without its window is a setup error. */
+  public static LeaseWindow fromProperties(String owner, Map<String, String> properties) {
     String window = properties.get(WINDOW);
     String fence = properties.get(FENCE);
     if (window == null || fence == null) {
       throw new IllegalArgumentException(
           String.format(
-              "occflow's lease-fenced catalog %s needs the properties %s (the task's lease window file) "
+              "occflow's lease fence %s needs the properties %s (the task's lease window file) "
                   + "and %s (the lease's fencing token); got %s=%s, %s=%s",
-              catalog, WINDOW, FENCE, WINDOW, window, FENCE, fence));
+              owner, WINDOW, FENCE, WINDOW, window, FENCE, fence));
     }
     String margin = properties.getOrDefault(MARGIN, "1.0");
-    return new LeaseWindow(Paths.get(window), Long.parseLong(fence), Double.parseDouble(margin));
+    return new LeaseWindow(Paths.get(window), Long.parseLong(fence.trim()), Double.parseDouble(margin.trim()));
   }
 
   public long fence() {
     return fence;
   }
 
-  /** Throws {@link LeaseNotLiveException} unless the lease is live for the margin from now. */
-  @Override
-  public void check(String what) {
-    String refusal = refusal(System.currentTimeMillis() / 1000.0);
-    if (refusal != null) {
-      throw new LeaseNotLiveException(
-          "occflow: lease not live at the commit of " + what + ", not committing: " + refusal, fence);
-    }
+  public Path path() {
+    return path;
+  }
+
+  /** Why the lease is not certainly live for the margin from now, or null when it is. */
+  public String refusal() {
+    return refusal(System.currentTimeMillis() / 1000.0);
   }
 
   /** Why the lease is not certainly live at {@code now} (epoch seconds), or null when it is. */
-  String refusal(double now) {
+  public String refusal(double now) {
     long found;
     double liveUntil;
     try {
-      JsonNode data = JsonUtil.mapper().readTree(Files.readAllBytes(path));
+      Map<String, Object> data =
+          WindowJson.object(new String(Files.readAllBytes(path), StandardCharsets.UTF_8));
       found = integer(data, "fence");
       liveUntil = number(data, "live_until");
-    } catch (IOException | IllegalArgumentException | NullPointerException e) {
+    } catch (IOException | IllegalArgumentException e) {
       return String.format(
           "the task's lease window %s cannot be read (%s): not committing", path, e.getMessage());
     }
@@ -93,40 +96,40 @@ public final class LeaseWindow implements LeaseCheck {
     return String.format("the write's lease (fence %d) is not certainly live: %s", fence, why);
   }
 
-  private static JsonNode field(JsonNode data, String name) {
-    JsonNode value = data == null || !data.isObject() ? null : data.get(name);
-    if (value == null || value.isNull()) {
+  private static Object field(Map<String, Object> data, String name) {
+    Object value = data.get(name);
+    if (value == null) {
       throw new IllegalArgumentException("no " + name);
     }
     return value;
   }
 
-  private static long integer(JsonNode data, String name) {
-    JsonNode value = field(data, name);
-    if (value.isNumber()) {
-      return value.asLong();
-    }
-    if (value.isTextual()) {
-      try {
-        return Long.parseLong(value.asText().trim());
-      } catch (NumberFormatException e) {
-        throw new IllegalArgumentException(name + " is not an integer: " + value);
+  private static long integer(Map<String, Object> data, String name) {
+    Object value = field(data, name);
+    try {
+      if (value instanceof Double) {
+        return ((Double) value).longValue();
       }
+      if (value instanceof String) {
+        return Long.parseLong(((String) value).trim());
+      }
+    } catch (NumberFormatException e) {
+      // below
     }
     throw new IllegalArgumentException(name + " is not an integer: " + value);
   }
 
-  private static double number(JsonNode data, String name) {
-    JsonNode value = field(data, name);
-    if (value.isNumber()) {
-      return value.asDouble();
-    }
-    if (value.isTextual()) {
-      try {
-        return Double.parseDouble(value.asText().trim());
-      } catch (NumberFormatException e) {
-        throw new IllegalArgumentException(name + " is not a number: " + value);
+  private static double number(Map<String, Object> data, String name) {
+    Object value = field(data, name);
+    try {
+      if (value instanceof Double) {
+        return (Double) value;
       }
+      if (value instanceof String) {
+        return Double.parseDouble(((String) value).trim());
+      }
+    } catch (NumberFormatException e) {
+      // below
     }
     throw new IllegalArgumentException(name + " is not a number: " + value);
   }
@@ -138,9 +141,7 @@ public final class LeaseWindow implements LeaseCheck {
       System.exit(2);
     }
     double margin = args.length == 3 ? Double.parseDouble(args[2]) : 1.0;
-    String refusal =
-        new LeaseWindow(Paths.get(args[0]), Long.parseLong(args[1]), margin)
-            .refusal(System.currentTimeMillis() / 1000.0);
+    String refusal = new LeaseWindow(Paths.get(args[0]), Long.parseLong(args[1]), margin).refusal();
     if (refusal != null) {
       System.out.println(refusal);
       System.exit(1);
