@@ -199,7 +199,10 @@ with DAG("write_flow_unsafe", schedule=None, start_date=pendulum.datetime(2024, 
                          r"them: .*; nothing was written", log), task_id
     assert DeltaTable(path).version() == version  # nothing was written
     for task_id in ("compact_1", "compact_2"):
-        assert "occflow_report" not in run.task(task_id).xcom  # refused before any attempt
+        # Refused before any attempt: still a report, naming the write and why.
+        refused = _report(run, task_id)
+        assert refused.status is WriteStatus.FAILED and refused.attempts == 0 and refused.operation == "optimize"
+        assert "before its first attempt" in (refused.error or "") and "allow_unsafe_concurrency" in refused.error
 
 
 def test_an_unsafe_optimize_alone_in_its_dag_runs(run_dag, tmp_path):

@@ -1,14 +1,12 @@
-"""Exactly-once on Delta via delta-spark: runs only where the delta-spark jars are available.
+"""Exactly-once on Delta via delta-spark: runs where the delta-spark jars are available.
 
-occflow ships no Delta jars (they are Maven artifacts matched to the cluster's Spark), and Maven
-Central is not reachable from this machine, so the test needs ``OCCFLOW_DELTA_SPARK_JARS``
-(delta-spark_2.12 + delta-storage for Spark 3.5). The driver runs in a subprocess because a JVM
-holds one set of jars and the other Spark tests run Iceberg.
+The jars are the manifest's delta-spark_2.12 + delta-storage (scripts/jvm/pom.xml, resolved by the
+bootstrap) or the user's in ``OCCFLOW_DELTA_SPARK_JARS``. The driver runs in a subprocess because
+a JVM holds one set of jars and the other Spark tests run Iceberg.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -16,13 +14,22 @@ from pathlib import Path
 
 import pytest
 
-from occflow.engines.spark.delta_spark import JARS_ENV
+from occflow.engines.spark.delta_spark import JARS_ENV, DeltaFormat
+from occflow.engines.spark.settings import SparkConfigError
+
+
+def _delta_jars() -> bool:
+    try:
+        return bool(DeltaFormat().jars())
+    except SparkConfigError:
+        return False
+
 
 pytestmark = [
     pytest.mark.spark,
     pytest.mark.skipif(
-        not os.environ.get(JARS_ENV),
-        reason=f"delta-spark jars not available: set {JARS_ENV} to delta-spark_2.12 and delta-storage jar paths",
+        not _delta_jars(),
+        reason=f"delta-spark jars not available: run bash scripts/bootstrap.sh or set {JARS_ENV}",
     ),
 ]
 

@@ -8,22 +8,28 @@ classify -> decide -> act and the report of every end, is ``flow.WriteFlow``'s.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import (
+    AirflowFailException,
+    AirflowRescheduleException,
+    AirflowSkipException,
+    TaskDeferred,
+)
 
 from ..core.declaration import WriteDeclaration
 from ..core.errors import InvalidDeclarationError
 from ..core.policy import WritePolicy, derive_policy, overrides_to_dict, partitions_of
-from ..core.report import WriteReport
+from ..core.report import WriteReport, WriteStatus
 from ..engines.target import WriteTarget
 from . import admission
 from .admission import AdmissionSettings
 from .exactly_once import stale_overwrite_action, try_number
-from .flow import MAX_LEASE_LOSSES, FlowSettings, WriteFlow, WriteLost, task_ref
+from .flow import MAX_LEASE_LOSSES, FlowSettings, WriteFlow, WriteLost, ended_by, task_ref
 from .history import WriteHistory, load_history
 from .lineage import OpenLineageMixin
 from .links import TableHistoryLink, WriteCommitLink
@@ -170,16 +176,47 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         self._execute_started = time.monotonic()  # where Airflow's execution_timeout starts
-        declaration = self.declare()
-        lease = admission.admit(self.admission_settings(), declaration, context, self.log, self.defer)
-        return self.write(declaration, lease, context)
+        with self._reported(context):
+            declaration = self.declare()
+            lease = admission.admit(self.admission_settings(), declaration, context, self.log, self.defer)
+            return self.write(declaration, lease, context)
 
     def execute_admitted(self, context: Any, event: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Resumed by the admission trigger: the lease was granted while the task was deferred."""
         self._execute_started = time.monotonic()  # a resumed try's execution_timeout starts anew
-        declaration = self.declare()
-        lease = admission.lease_from_event(self.admission_settings(), event)
-        return self.write(declaration, lease, context)
+        with self._reported(context):
+            declaration = self.declare()
+            lease = admission.lease_from_event(self.admission_settings(), event)
+            return self.write(declaration, lease, context)
+
+    @contextlib.contextmanager
+    def _reported(self, context: Any) -> Iterator[None]:
+        """Every end of the try publishes a report, also those before the flow exists (an invalid
+        declaration, admission refused or timed out, an engine that fails to start): a row with
+        its table, operation and why. A deferral is no end (the resumed try reports)."""
+        self._report_published = False
+        try:
+            yield
+        except (TaskDeferred, AirflowRescheduleException):
+            raise
+        except BaseException as end:
+            if not self._report_published:
+                status = WriteStatus.SKIPPED if isinstance(end, AirflowSkipException) else WriteStatus.FAILED
+                self.publish_report(self._refused_report(status, ended_by(end, in_the_job=False)), context)
+            raise
+
+    def _refused_report(self, status: WriteStatus, why: str) -> WriteReport:
+        """The report of a try that ended before its first attempt: what it was declared to write."""
+        try:
+            declared = self.declare()  # rendered partitions, where they render
+        except Exception:  # noqa: BLE001 - the declaration itself is what failed: as parsed
+            declared = self.occflow_write
+        return WriteReport(
+            table=declared.table, operation=declared.operation.value, profile=declared.profile.name,
+            engine=self.engine_name, status=status,
+            partitions=None if declared.partitions is None else tuple(dict(p) for p in declared.partitions),
+            error=f"ended before its first attempt: {why}",
+        )
 
     def admission_settings(self) -> AdmissionSettings:
         return AdmissionSettings(
@@ -280,6 +317,7 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
         ``occflow_report`` (a failed or skipped try returns no value, yet the view and the
         notifier must see it)."""
         self.occflow_report = report
+        self._report_published = True
         ti = context.get("ti") if hasattr(context, "get") else None
         if ti is None:
             return

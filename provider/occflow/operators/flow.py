@@ -103,6 +103,7 @@ class WriteFlow:
 
     def __post_init__(self) -> None:
         self._metrics_since = (len(self.history.lost), self.history.wasted_seconds)
+        self._ended = False  # whether this try's end was published (``_end``, ``_committed``)
         self._grant_to_start: float | None = None
         self._guard = self._exactly_once()
         self.before_commit = BeforeCommit(self.keeper, self._guard, self.settings.gate_timeout, self.settings.gate_deadline)
@@ -142,7 +143,18 @@ class WriteFlow:
 
     def run(self) -> WriteReport:
         """The committed write's report; any other end raises what Airflow understands, after
-        its report was published."""
+        its report was published: also an end the flow did not choose (Airflow's
+        ``execution_timeout``, a fail or skip raised by the user's job, an error of occflow's
+        own), published here before it goes on up."""
+        try:
+            return self._loop()
+        except BaseException as end:
+            if not self._ended:
+                status = WriteStatus.SKIPPED if isinstance(end, AirflowSkipException) else WriteStatus.FAILED
+                self._end(status, error=ended_by(end))
+            raise
+
+    def _loop(self) -> WriteReport:
         later_try = self.try_number > 1
         while True:
             try:
@@ -367,6 +379,7 @@ class WriteFlow:
     ) -> WriteReport:
         """The try ends without a commit: its report published, metrics sent, the history kept
         for a reschedule or cleared."""
+        self._ended = True
         report = self.report(status, outcome, error)
         store_history(self.context, self.history if keep_history else None)
         emit_metrics(report, self._metrics_since)
@@ -374,6 +387,7 @@ class WriteFlow:
         return report
 
     def _committed(self, outcome: WriteOutcome) -> WriteReport:
+        self._ended = True
         report = self._observed(self.report(WriteStatus.COMMITTED, outcome), outcome)
         store_history(self.context, None)
         emit_metrics(report, self._metrics_since)
@@ -453,6 +467,16 @@ class WriteFlow:
             observed_footprint=observed.to_dict(),
             footprint_exceeded=None if found is None else found.to_dict(),
         )
+
+
+def ended_by(end: BaseException, *, in_the_job: bool = True) -> str:
+    """What ended a write that the flow did not end itself, for its report (``in_the_job``: a
+    fail or skip raised while an attempt ran came from the user's job)."""
+    if isinstance(end, AirflowTaskTimeout):
+        return f"timed out (execution_timeout): {end}"
+    if in_the_job and isinstance(end, (AirflowFailException, AirflowSkipException)):
+        return f"{type(end).__name__} raised by the job: {end}"
+    return f"{type(end).__name__}: {end}"
 
 
 def _commit_text(report: WriteReport) -> str:

@@ -15,22 +15,32 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ...core.kinds import WinningCommit
 from ..ledger import HISTORY_DEPTH, FoundCommit
 from ..outcome import WriteOutcome
 from ..tags import APP_VERSION, CommitTag
 from .formats import CommitInfo
 from .identifiers import quote_table
-from .jvm_artifacts import DELTA_SPARK, DELTA_STORAGE, check_spark_jars, delta_jar_problems, jar, running_spark
+from .jvm_artifacts import (
+    DELTA_SPARK,
+    DELTA_STORAGE,
+    check_spark_jars,
+    delta_jar_problems,
+    jar,
+    running_spark,
+)
 from .settings import SparkConfigError
 
 JARS_ENV = "OCCFLOW_DELTA_SPARK_JARS"
 EXTENSIONS = "io.delta.sql.DeltaSparkSessionExtension"
 CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+#: The session conf delta-spark copies into each commit's ``commitInfo.userMetadata``.
+USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 
 
 def jars_from_env() -> list[str]:
@@ -93,15 +103,22 @@ class DeltaFormat:
         return latest_version(spark, table)
 
     def after(self, spark: Any, table: str, before: int | None) -> CommitInfo:
-        """The newest commit after ``before`` (Delta's history names the version and its metrics)."""
+        """This job's commit after ``before``, as Delta's history lists it (version and metrics).
+
+        Other writers may have committed since the job started: when the session carries
+        occflow's tag (``spark.databricks.delta.commitInfo.userMetadata``, set while an
+        exactly-once attempt runs), the commit with that user metadata is the job's own;
+        otherwise the newest, said to be ambiguous when there are several."""
         rows = spark.sql(f"DESCRIBE HISTORY {quote_table(table)} LIMIT 20").collect()
         newer = [r for r in rows if before is None or int(r["version"]) > before]
         if not newer:
             return CommitInfo(tag={"commit": "none"})
-        latest = max(newer, key=lambda r: int(r["version"]))
+        mine = _session_user_metadata(spark)
+        own = [r for r in newer if mine is not None and r["userMetadata"] == mine]
+        latest = max(own or newer, key=lambda r: int(r["version"]))
         metrics = dict(latest["operationMetrics"] or {})
         tag = {"delta_operation": str(latest["operation"])}
-        if len(newer) > 1:
+        if len(newer) > 1 and len(own) != 1:
             tag["commit"] = f"ambiguous: {len(newer)} commits since the job started"
         out_rows = metrics.get("numOutputRows") or metrics.get("numUpdatedRows") or metrics.get("numDeletedRows")
         return CommitInfo(
@@ -111,12 +128,90 @@ class DeltaFormat:
         )
 
     def lost(self, spark: Any, table: str, before: int | None, outcome: WriteOutcome) -> WriteOutcome:
-        """A lost write's outcome as it is: delta-spark names the conflicting commit in its
-        message, which ``errors.classify_error`` already read into the winner."""
-        return outcome
+        """A lost write's outcome, its winner named by version number.
 
+        delta-spark prints the winner's commit info in its message (``errors.classify_error``
+        read it), but delta-spark 3.x leaves the commit's version out of that JSON: the version
+        is read from the table's history, the commit after ``before`` whose operation, read
+        version and user metadata are the ones the message printed (the oldest such, as Delta's
+        conflict checker meets the commits in order); the other commits since are ``others``."""
+        found = outcome.classification
+        if found is None or not found.is_conflict:
+            return outcome
+        winner = found.winning_commit
+        if winner is not None and winner.version is not None:
+            return outcome
+        try:
+            rows = spark.sql(f"DESCRIBE HISTORY {quote_table(table)} LIMIT {HISTORY_DEPTH}").collect()
+        except Exception:  # the table went away: the outcome stays as the message gave it
+            return outcome
+        return outcome.with_winner(winner_in_history(rows, before, winner))
     def commit_ledger(self, spark: Any, table: str) -> DeltaSparkLedger:
         return DeltaSparkLedger(spark, table)
+
+
+def _session_user_metadata(spark: Any) -> str | None:
+    try:
+        value = spark.conf.get(USER_METADATA_CONF, None)
+    except Exception:  # a session without the conf API (a stub): no tag to match
+        return None
+    return str(value) if value else None
+
+
+def winner_in_history(
+    rows: Sequence[Any], before: int | None, printed: WinningCommit | None
+) -> WinningCommit | None:
+    """The winning commit among ``DESCRIBE HISTORY`` rows newer than ``before``, by version.
+
+    ``printed`` is what the exception's ``Conflicting commit`` said (operation, read version,
+    user metadata; delta-spark 3.x gives no version): the oldest newer commit that agrees with
+    it on every field it printed wins. ``None`` only when nothing was printed and nothing is
+    newer."""
+    newer = sorted((r for r in rows if before is None or int(r["version"]) > before), key=lambda r: int(r["version"]))
+    if not newer:
+        return printed
+
+    def agrees(row: Any) -> bool:
+        if printed is None:
+            return True
+        if printed.operation is not None and str(row["operation"]) != printed.operation:
+            return False
+        read = printed.tag.get("readVersion")
+        if read is not None and row["readVersion"] is not None and int(row["readVersion"]) != int(read):
+            return False
+        if printed.tagged:
+            tag = _tag_of(row["userMetadata"])
+            return tag is not None and (tag.dag_id, tag.task_id, tag.run_id, tag.try_number) == (
+                printed.dag_id, printed.task_id, printed.run_id, printed.try_number
+            )
+        return True
+
+    matching = [r for r in newer if agrees(r)] or newer
+    chosen = matching[0]
+    others = tuple(int(r["version"]) for r in newer if r is not chosen)
+    base = printed or WinningCommit()
+    return replace(
+        base,
+        version=int(chosen["version"]),
+        operation=base.operation or str(chosen["operation"]),
+        timestamp=base.timestamp or str(chosen["timestamp"]),
+        others=others,
+        basis=(
+            "the conflicting commit delta-spark named in its exception, its version from the table's "
+            f"history (the oldest of {len(matching)} matching commits since version {before})"
+        ),
+    )
+
+
+def _tag_of(user_metadata: Any) -> CommitTag | None:
+    """occflow's tag in a commit's user metadata; ``None`` for none or someone else's text."""
+    if not user_metadata:
+        return None
+    try:
+        props = json.loads(str(user_metadata))
+    except ValueError:
+        return None  # someone else's user metadata
+    return CommitTag.from_properties(props) if isinstance(props, dict) else None
 
 
 def latest_version(spark: Any, table: str) -> int | None:
@@ -155,14 +250,7 @@ class DeltaSparkLedger:
     def tagged_commits(self) -> Iterator[FoundCommit]:
         rows = self.spark.sql(f"DESCRIBE HISTORY {quote_table(self.table)} LIMIT {HISTORY_DEPTH}").collect()
         for row in rows:
-            text = row["userMetadata"]
-            if not text:
-                continue
-            try:
-                props = json.loads(text)
-            except ValueError:
-                continue  # someone else's user metadata
-            found = CommitTag.from_properties(props) if isinstance(props, dict) else None
+            found = _tag_of(row["userMetadata"])
             if found is not None:
                 yield FoundCommit(self.engine, self.table, found, version=int(row["version"]),
                                   committed_at=str(row["timestamp"]))
@@ -193,5 +281,5 @@ def delta_spark_session_conf(tag: CommitTag) -> dict[str, str]:
     return {
         "spark.databricks.delta.write.txnAppId": tag.app_id,
         "spark.databricks.delta.write.txnVersion": str(APP_VERSION),
-        "spark.databricks.delta.commitInfo.userMetadata": json.dumps(tag.properties(), sort_keys=True),
+        USER_METADATA_CONF: json.dumps(tag.properties(), sort_keys=True),
     }

@@ -70,7 +70,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="job parameter")
     p.add_argument("--tag", help="the write's commit tag as a JSON object of properties")
     p.add_argument("--lease-window", help="the task's lease window file (checked right before the write "
-                   "statement and, on Iceberg with the lease-fence jar, inside the commit)")
+                   "statement and, on Iceberg or Delta with the lease-fence jar, inside the commit)")
     p.add_argument("--fence", type=int, help="the fencing token of the lease the driver was started under")
     job = p.add_mutually_exclusive_group(required=True)
     job.add_argument("--sql", help="SQL text (several statements separated by ;)")
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     except LeaseNotLive as lapsed:  # refused right before the write statement started
         outcome = not_live(str(lapsed), AT_STATEMENT_START)
     refused = commit_refusal(outcome)
-    if refused is not None:  # the lease-fenced catalog refused the commit: nothing was committed
+    if refused is not None:  # the lease-fenced catalog / log store refused the commit: nothing was committed
         outcome = not_live(refused, AT_COMMIT)
     if commit_fence is not None:
         outcome = replace(outcome, tag={**outcome.tag, LEASE_CHECKED_AT: commit_fence.checked_at})

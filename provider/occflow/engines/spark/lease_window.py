@@ -5,9 +5,10 @@ there. The task keeps a small file beside the driver's outcome fresh: the lease'
 and until when it is certainly live (epoch seconds). The driver reads it right before the
 statement that writes starts and refuses to write when it is missing, stale, lost or names
 another fence: a lease that lapsed before the write started (the task died, the store took the
-footprint back) does not commit on a cluster either. On Iceberg the same file is read once more
-inside the commit, by the lease-fenced catalog (``submit_fence.py``, the same rules in Java), so a
-lease that lapses while the statement runs stops its commit too.
+footprint back) does not commit on a cluster either. On Iceberg and Delta the same file is read
+once more inside the commit, by the lease-fenced catalog or log store (``submit_fence.py``, the
+same rules in Java: ``java/occflow/lease/LeaseWindow.java``), so a lease that lapses while the
+statement runs stops its commit too.
 """
 
 from __future__ import annotations

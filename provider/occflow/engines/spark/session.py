@@ -65,7 +65,8 @@ class SparkEngine:
                 return self._spark
             builder = SparkSession.builder.master(self.config.master)
             # The log settings act only when this call starts the JVM; a running one keeps its own.
-            # On Iceberg the catalog checks each attempt's lease inside its commit (attempt_fence.py).
+            # On Iceberg the catalog, on Delta the log store, checks each attempt's lease inside its
+            # commit (attempt_fence.py).
             conf = session_conf({**self.config.spark_conf(), **self.config.driver_log_conf()}, self.config)
             _check_running_context(conf)
             for key, value in conf.items():

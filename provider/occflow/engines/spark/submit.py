@@ -395,9 +395,9 @@ class SubmittedJob:
 
 
 def _driver_conf(cfg: SparkConfig, table: str, lease_window: tuple[str | Path, int] | None) -> dict[str, str]:
-    """The Spark conf the driver starts with: the config's, and on Iceberg the lease fence's."""
+    """The Spark conf the driver starts with: the config's, and on Iceberg or Delta the lease fence's."""
     conf = cfg.spark_conf()
-    if lease_window is not None:  # on Iceberg the lease is checked inside the commit too (submit_fence.py)
+    if lease_window is not None:  # on Iceberg / Delta the lease is checked inside the commit too (submit_fence.py)
         fence = commit_fence.plan(cfg)
         if not fence.at_commit:
             log.warning("spark-submit driver writing %s: %s", table, fence.describe())
@@ -447,7 +447,7 @@ def submit_job(
     commit, refuses to commit a write whose tag the table already holds. ``lease_window``: the
     task's lease window file and the lease's fence (``lease_window.py``); the driver refuses to
     write unless that lease is certainly live right before its write statement starts and, on
-    Iceberg with the lease-fence jar built, inside the commit itself (``submit_fence.py``; without
+    Iceberg or Delta with the lease-fence jar built, inside the commit itself (``submit_fence.py``; without
     the jar a warning says the check stops at the statement start)."""
     the_job = as_job(job)
     split_table(table)

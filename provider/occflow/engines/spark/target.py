@@ -86,7 +86,7 @@ class SparkTarget:
             # Each attempt plans again: the engine's catalog does not cache tables, so the job
             # reads the table's current snapshot (the fresh snapshot in-task retries rely on).
             # before_commit runs right before the SQL statement that writes (a callable: before
-            # it starts); on Iceberg the lease is checked once more inside the commit itself.
+            # it starts); on Iceberg and Delta the lease is checked once more inside the commit itself.
             outcome = engine.run(
                 job,
                 declaration.table,
