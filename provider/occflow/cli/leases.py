@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..leases import LeaseStore, store_url
+from ..leases import LeaseStore, resolve_store_url
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def _store(args: argparse.Namespace) -> LeaseStore:
     # A missing SQLite file is a typo or the wrong AIRFLOW_HOME, not an empty store to create.
-    return LeaseStore.from_url(store_url(args.store), existing=True)
+    return LeaseStore.from_url(resolve_store_url(args.store), existing=True)
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from ..core.declaration import WriteDeclaration
-from .config import store_options, store_url
+from .config import CONN_ID_ENV, URL_ENV, resolve_store_url, store_options
 from .keeper import LeaseKeeper
 from .model import (
     Admission,
@@ -35,11 +36,26 @@ from .wakeup import Watch
 _log = logging.getLogger(__name__)
 
 
-@lru_cache(maxsize=8)
 def cached_store(url: str | None = None) -> LeaseStore:
+    """The store writes, triggers and sensors use, resolved as every other component resolves it
+    (``config.resolve_store_url``: an explicit URL, ``OCCFLOW_LEASE_STORE_URL``, the connection
+    ``OCCFLOW_LEASE_STORE_CONN_ID``, else the SQLite file in ``$AIRFLOW_HOME``): a worker must not
+    admit against a file of its own while the view and its peers use a shared store."""
+    env = os.environ
+    return _store_at(_resolved(url, env.get(URL_ENV), env.get(CONN_ID_ENV), env.get("AIRFLOW_HOME")))
+
+
+@lru_cache(maxsize=8)
+def _resolved(url: str | None, url_env: str | None, conn_id: str | None, home: str | None) -> str:
+    # Once per process and setting: reading the connection goes through Airflow's secrets backends.
+    return resolve_store_url(url)
+
+
+@lru_cache(maxsize=8)
+def _store_at(url: str) -> LeaseStore:
     """One store per URL per process (an engine with its connection pool); history and
     priorities from the environment (``config.store_options``)."""
-    return LeaseStore.from_url(store_url(url), **store_options())
+    return LeaseStore.from_url(url, **store_options())
 
 
 def holder_of(context: Mapping[str, Any]) -> Holder:

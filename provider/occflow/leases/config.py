@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
@@ -89,6 +90,10 @@ def url_from_connection_uri(uri: str) -> str:
             f"unsupported lease store {scheme!r} in {uri!r}; supported: SQLite (sqlite:///path) "
             "and PostgreSQL (postgresql://...)"
         )
+    if dialect == "sqlite":
+        # An Airflow connection keeps a SQLite path as its schema, quoted in its URI
+        # (sqlite:///%2Fvar%2Fleases.db): the file is the unquoted path.
+        rest = unquote(rest)
     return f"{dialect}://{rest}"
 
 
