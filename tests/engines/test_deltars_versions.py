@@ -24,7 +24,6 @@ from occflow.engines.deltars import CommitOptions, DeltaRsLedger, DeltaRsTable, 
 from occflow.engines.deltars.compaction import duplicate_compaction
 from occflow.engines.deltars.log import DeltaLog
 from occflow.engines.deltars.observed import diff_snapshots, observe_deltars_commit
-from occflow.engines.deltars.table import DUPLICATE_COMPACTION
 from occflow.engines.tags import WRITE_ID, CommitTag
 
 pytest.importorskip("deltalake")
@@ -205,14 +204,14 @@ def test_two_optimizes_from_one_snapshot_both_commit_and_the_pair_is_named(tmp_p
         race = duplicate_compaction(table.uri, version)
         assert race is not None and race.versions == (first.version, second.version)
         assert race.operations == ("OPTIMIZE", "OPTIMIZE") and len(race.files) == 2
-    assert DUPLICATE_COMPACTION not in first.tag  # the second had not committed yet
-    assert f"versions {first.version} (OPTIMIZE) and {second.version} (OPTIMIZE)" in second.tag[DUPLICATE_COMPACTION]
+    assert first.damage is None  # the second had not committed yet
+    assert f"versions {first.version} (OPTIMIZE) and {second.version} (OPTIMIZE)" in (second.damage or "")
 
 
 def test_a_single_optimize_has_no_racing_compaction(tmp_path: Path) -> None:
     table = _small_files(tmp_path)
     out = table.optimize(partition={"part": "a"})
-    assert out.committed and DUPLICATE_COMPACTION not in out.tag
+    assert out.committed and out.damage is None
     assert table.append(_rows("a", [6])).committed
     assert table.optimize(partition={"part": "a"}).committed  # a later compaction of the new files
     assert duplicate_compaction(table.uri, out.version) is None

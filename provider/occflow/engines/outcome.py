@@ -39,6 +39,12 @@ class ErrorInfo:
         return "\n".join(head + list(self.messages))
 
 
+class NeverRetry(Exception):
+    """A failed write that a retry would make worse (rows a failed job left behind would be
+    written twice): the task fails, Airflow does not retry it. Engines raise a subclass naming
+    what the user must repair."""
+
+
 @dataclass(frozen=True)
 class WriteOutcome:
     engine: str
@@ -52,6 +58,10 @@ class WriteOutcome:
     error: ErrorInfo | None = None
     classification: Classification | None = None
     tag: dict[str, str] = field(default_factory=dict)
+    #: Committed, yet the table is now wrong because of it, in the engine's words (delta-rs: a
+    #: compaction committed beside another of the same files, the rows are in twice): the flow
+    #: fails the task loudly, naming both commits, instead of reporting a clean commit.
+    damage: str | None = None
 
     def with_winner(self, winner: WinningCommit | None) -> WriteOutcome:
         """This outcome with ``winner`` as its classification's winning commit (a lost write

@@ -41,10 +41,8 @@ from ..core.observed import excess
 from ..core.policy import Action, Decision, WritePolicy
 from ..core.ranges import spec_json
 from ..core.report import LeaseLoss, LostAttempt, WriteReport, WriteStatus
-from ..engines.deltars.table import DUPLICATE_COMPACTION
 from ..engines.ledger import AlreadyCommitted, LeaseNotLive, StaleOverwriteError
-from ..engines.maxcompute import ResidueError
-from ..engines.outcome import WriteOutcome
+from ..engines.outcome import NeverRetry, WriteOutcome
 from ..engines.tags import KEYS
 from ..engines.target import AttemptContext, TaskRef, WriteTarget
 from ..leases import LeaseKeeper
@@ -200,7 +198,7 @@ class WriteFlow:
             raise (AirflowSkipException if stale.action == "skip" else AirflowFailException)(
                 str(stale)
             ) from stale
-        except ResidueError as residue:
+        except NeverRetry as residue:
             history.wasted_seconds += time.monotonic() - started
             self._end(WriteStatus.FAILED, error=str(residue))
             raise AirflowFailException(str(residue)) from residue
@@ -393,7 +391,7 @@ class WriteFlow:
         emit_metrics(report, self._metrics_since)
         self.publish(report)
         d = self.declaration
-        race = outcome.tag.get(DUPLICATE_COMPACTION)
+        race = outcome.damage
         if race:
             # Committed, and the table now holds rows twice: loud, never "committed, 0 conflicts".
             if self.keeper is None:

@@ -33,9 +33,6 @@ if TYPE_CHECKING:
 
 ENGINE = "delta-rs"
 
-#: The outcome tag that names a concurrent compaction of the same files (``duplicate_compaction``).
-DUPLICATE_COMPACTION = "duplicate_compaction"
-
 
 # Which operation metric counts the rows a write touched.
 _ROW_METRICS: dict[Operation, tuple[str, ...]] = {
@@ -286,8 +283,8 @@ class DeltaRsTable:
         if outcome.committed and outcome.version is not None:
             race = duplicate_compaction(self.uri, outcome.version, self.storage_options)
             if race is not None:
-                # committed all the same: the flow fails loudly on this tag, naming both commits
-                outcome = dataclasses.replace(outcome, tag={**outcome.tag, DUPLICATE_COMPACTION: race.describe()})
+                # committed all the same: the flow fails loudly on it, naming both commits
+                outcome = dataclasses.replace(outcome, damage=race.describe())
         return outcome
 
     def add_columns(

@@ -12,6 +12,8 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 
+from ..outcome import NeverRetry
+
 #: ODPS-0110061, error 2 (alibabacloud.com/help/en/maxcompute/user-guide/odps-0110061): MetaService's
 #: OCC aborts the later transaction ("BeginTs is less than lastCommitTs").
 TRANSACTION_ABORTED = (
@@ -76,7 +78,7 @@ def odps_error(text: str, instance_id: str) -> Exception:
     return error
 
 
-class ResidueError(Exception):
+class ResidueError(NeverRetry):
     """A failed INSERT INTO on a standard table whose rows may still be in the table (spec 000:
     "If an INTO job fails due to a conflict, data from the failed job may remain")."""
 
