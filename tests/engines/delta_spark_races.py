@@ -164,7 +164,7 @@ def _remove_files_of_a(spark: Any, txn: Any) -> list[Any]:
 
 
 def _protocol_upgrade(spark: Any, txn: Any) -> list[Any]:
-    return [spark._jvm.org.apache.spark.sql.delta.actions.Protocol(1, 4)]
+    return [spark._jvm.org.apache.spark.sql.delta.actions.Protocol.apply(1, 4)]
 
 
 def _outcome_data(outcome: Any) -> dict[str, Any]:

@@ -142,3 +142,33 @@ def test_a_message_without_a_conflicting_commit_names_none_here() -> None:
     assert delta_spark_winner(text) is None
     winner = classify_error(text).winning_commit
     assert winner is not None and (winner.version, winner.operation, winner.tagged) == (9, "UPDATE", False)
+
+
+def _history_row(version: int, operation: str, read_version: int, user_metadata: str | None = None) -> dict:
+    return {"version": version, "operation": operation, "readVersion": read_version, "userMetadata": user_metadata,
+            "timestamp": f"2024-05-01 00:00:{version:02d}"}
+
+
+def test_delta_spark_3_prints_no_version_so_the_history_gives_it() -> None:
+    # delta-spark 3.3's real "Conflicting commit" JSON has no "version" (tests/engines/
+    # test_delta_spark_races.py sees it on the engine): the winner's version comes from the
+    # table's history, the oldest newer commit that agrees with what the message printed.
+    from occflow.engines.spark.delta_spark import winner_in_history
+
+    info = json.loads(_commit_info(0, "UPDATE"))
+    del info["version"]
+    info["readVersion"] = 4
+    printed = delta_spark_winner(_message(ConflictKind.CONCURRENT_APPEND, json.dumps(info, separators=(",", ":"))))
+    assert printed is not None and printed.version is None and printed.tagged
+    rows = [
+        _history_row(7, "UPDATE", 5, USER_METADATA),  # a later commit of the same task: not the winner
+        _history_row(6, "UPDATE", 4, USER_METADATA),
+        _history_row(5, "WRITE", 4),
+        _history_row(4, "WRITE", 3),  # before the loser read: never the winner
+    ]
+    winner = winner_in_history(rows, 4, printed)
+    assert winner is not None and winner.version == 6 and winner.others == (5, 7)
+    assert (winner.operation, winner.task_id, winner.tagged) == ("UPDATE", "compact_events", True)
+    # Nothing printed that matches: the oldest commit since the read.
+    untagged = winner_in_history(rows, 4, None)
+    assert untagged is not None and untagged.version == 5 and untagged.operation == "WRITE"

@@ -1,0 +1,202 @@
+"""SparkWriteOperator on real delta-spark, run by ``dag.test()`` with the Spark session in the
+task's own process (issue 34): a real race is classified and its derived policy applied.
+
+- An UPDATE that loses to a concurrent UPDATE of its partition gets Delta's
+  ``ConcurrentAppendException`` (``DELTA_CONCURRENT_APPEND``): ``concurrent_append``, retried in
+  the task from a fresh snapshot, and the table ends as the serial run would.
+- A write whose Delta transaction id (occflow's ``txnAppId`` for the write) another writer
+  misuses gets ``ConcurrentTransactionException``: ``concurrent_transaction``, which is not
+  retry-safe, so the task fails fast and leaves its Airflow retries unused.
+
+The race is deterministic, as in ``test_operators_spark.py``: the job's Spark stage passes a
+gate (a Python UDF) after Delta started its transaction; the competitor commits from another
+session of the same application; then the gate opens.
+
+DAGs run in a ``spawn`` worker process that holds the Delta session (one JVM holds one set of
+jars and extensions; this test process's JVM is the Iceberg one), with this run's Airflow home.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from occflow.engines.spark.delta_spark import DeltaFormat
+from occflow.engines.spark.settings import SparkConfigError
+
+sys.path.insert(0, str(Path(__file__).parent))  # the worker imports delta_spark_dags from here
+import delta_spark_dags  # noqa: E402
+
+
+def delta_jars_missing() -> str | None:
+    try:
+        DeltaFormat.from_catalog({}).jars()
+    except SparkConfigError as exc:
+        return str(exc)
+    return None
+
+
+pytestmark = [
+    pytest.mark.airflow,
+    pytest.mark.spark,
+    pytest.mark.skipif(delta_jars_missing() is not None, reason=f"delta-spark jars: {delta_jars_missing()}"),
+]
+
+GATED = '''
+import pathlib, threading, time
+import pendulum
+from airflow.sdk import DAG, task
+from occflow.operators.spark import SparkWriteOperator, spark_engine
+
+CONFIG = {config!r}
+GATE = pathlib.Path({gate!r})
+T = "default.{table}"
+
+
+def gated(spark, competitor):
+    """On the first attempt only: hold the job in its UDF until ``competitor`` has committed."""
+    from pyspark.sql.types import LongType
+
+    first = not (GATE / "raced").exists()
+    reached, done = str(GATE / "reached"), str(GATE / "done")
+    if first:
+        (GATE / "raced").touch()
+
+        def run():
+            while not pathlib.Path(reached).exists():
+                time.sleep(0.02)
+            try:
+                competitor(spark, spark.newSession())
+            finally:
+                pathlib.Path(done).touch()
+
+        threading.Thread(target=run, daemon=True).start()
+
+    def hold(value):
+        if first:
+            pathlib.Path(reached).touch()
+            deadline = time.monotonic() + 60
+            while not pathlib.Path(done).exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
+        return value
+
+    spark.udf.register("gate", hold, LongType())
+
+
+@task
+def create_table():
+    spark = spark_engine(CONFIG).session()
+    spark.sql(f"CREATE TABLE {{T}} (id BIGINT, ds STRING, amount BIGINT) USING delta PARTITIONED BY (ds)")
+    spark.sql(f"INSERT INTO {{T}} VALUES (1, '2024-01-01', 1), (2, '2024-01-01', 2), (3, '2024-01-02', 3)")
+
+
+@task(trigger_rule="all_done")
+def table_content():
+    spark = spark_engine(CONFIG).session()
+    history = spark.sql(f"DESCRIBE HISTORY {{T}}").collect()
+    return {{
+        "rows": sorted([r["id"], r["ds"], r["amount"]] for r in spark.sql(f"SELECT * FROM {{T}}").collect()),
+        "history": sorted([r["version"], r["operation"], r["userMetadata"]] for r in history),
+    }}
+'''
+
+RETRY_DAG = GATED + '''
+
+def competing_update(spark, other):
+    other.sql(f"UPDATE {{T}} SET amount = amount * 10 WHERE ds = '2024-01-01'")
+
+
+def update_day(spark, job):
+    gated(spark, competing_update)
+    spark.sql(f"UPDATE {{T}} SET amount = gate(amount) + 100 WHERE ds = '{{job.params['ds']}}'")
+
+
+with DAG("delta_spark_retry", schedule=None, start_date=pendulum.datetime(2024, 1, 1)):
+    update = SparkWriteOperator(
+        task_id="update_day", table="default.{table}", table_format="delta",
+        spark_config=CONFIG, operation="update", partitions={{"ds": "2024-01-01"}}, job=update_day,
+    )
+    create_table() >> update >> table_content()
+'''
+
+FAIL_DAG = GATED + '''
+
+def same_transaction_id(spark, other):
+    # Another job writes with this write's Delta transaction id (the one occflow set for it).
+    for key in ("spark.databricks.delta.write.txnAppId", "spark.databricks.delta.write.txnVersion"):
+        other.conf.set(key, spark.conf.get(key))
+    other.sql(f"INSERT INTO {{T}} VALUES (50, '2024-01-02', 5)")
+
+
+def append_day(spark, job):
+    gated(spark, same_transaction_id)
+    spark.sql(f"INSERT INTO {{T}} SELECT gate(id) + 60, ds, amount FROM {{T}} WHERE ds = '{{job.params['ds']}}'")
+
+
+with DAG("delta_spark_fail_fast", schedule=None, start_date=pendulum.datetime(2024, 1, 1)):
+    append = SparkWriteOperator(
+        task_id="append_day", table="default.{table}", table_format="delta", spark_config=CONFIG,
+        operation="insert_into", partitions={{"ds": "2024-01-02"}}, job=append_day, retries=3,
+    )
+    create_table() >> append >> table_content()
+'''
+
+
+@pytest.fixture(scope="module")
+def delta_dags(airflow_home: Path, dag_folder: Path) -> Iterator[Any]:
+    pytest.importorskip("pyspark")
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        pool.submit(delta_spark_dags.start).result(timeout=300)
+        config = pool.submit(delta_spark_dags.delta_config).result(timeout=60)
+
+        def run(template: str, tmp_path: Path, table: str) -> dict[str, Any]:
+            source = template.format(config=config, gate=str(tmp_path), table=table)
+            return pool.submit(delta_spark_dags.run_dag, source, str(dag_folder)).result(timeout=600)
+
+        yield run
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def test_an_update_that_loses_a_real_delta_race_is_retried_to_the_serial_result(delta_dags, tmp_path) -> None:
+    run = delta_dags(RETRY_DAG, tmp_path, "retried_events")
+    assert run["state"] == "success", run
+    report = run["tasks"]["update_day"]["xcom"]["return_value"]
+    assert report["attempts"] == 2
+    conflict = report["conflicts"][0]
+    assert conflict["kind"] == "concurrent_append"
+    assert "io.delta.exceptions.ConcurrentAppendException" in str(conflict["error"]), conflict
+    assert "DELTA_CONCURRENT_APPEND" in str(conflict["error"])
+    assert [d["action"] for d in report["decisions"]] == ["retry"]
+    content = run["tasks"]["table_content"]["xcom"]["return_value"]
+    # Serial: the competitor's amount * 10, then the job's + 100, on 2024-01-01 only.
+    assert content["rows"] == [[1, "2024-01-01", 110], [2, "2024-01-01", 120], [3, "2024-01-02", 3]]
+    versions = {v: (op, meta) for v, op, meta in content["history"]}
+    # The winner by version: the competitor's UPDATE (version 2), untagged; the job's retry is
+    # version 3 and carries occflow's tag in its commitInfo.userMetadata.
+    winner = conflict["winning_commit"]
+    assert winner["version"] == 2 and versions[2] == ("UPDATE", None) and not winner["tagged"]
+    assert report["version"] == 3 and versions[3][0] == "UPDATE"
+    assert '"update_day"' in (versions[3][1] or "")
+
+
+def test_a_misused_delta_transaction_id_fails_fast_without_airflow_retries(delta_dags, tmp_path) -> None:
+    run = delta_dags(FAIL_DAG, tmp_path, "failed_events")
+    task = run["tasks"]["append_day"]
+    assert task["state"] == "failed" and task["tries"] == 1, run  # the 3 retries were not used
+    content = run["tasks"]["table_content"]["xcom"]["return_value"]
+    assert [50, "2024-01-02", 5] in content["rows"]
+    assert not any(r[0] >= 60 for r in content["rows"])  # the job's rows never landed
+    report = task["xcom"].get("occflow_report")
+    assert report is not None, task["xcom"]
+    conflict = report["conflicts"][0]
+    assert conflict["kind"] == "concurrent_transaction"
+    assert "io.delta.exceptions.ConcurrentTransactionException" in str(conflict["error"]), conflict
+    assert [d["action"] for d in report["decisions"]] == ["fail"]
