@@ -247,8 +247,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql.types import IntegerType
 
 spark = SparkSession.builder.getOrCreate()
-table, reached, release = sys.argv[1:4]
-spark.sql(f"CREATE TABLE {table} (id BIGINT, ds STRING, v INT) USING delta PARTITIONED BY (ds)")
+table, location, reached, release = sys.argv[1:5]
+spark.sql(f"CREATE TABLE {table} (id BIGINT, ds STRING, v INT) USING delta PARTITIONED BY (ds) LOCATION '{location}'")
 spark.sql(f"INSERT INTO {table} VALUES (1, 'a', 1), (4, 'b', 4)")
 
 def hold(value):  # the INSERT's only task waits here: the statement has started, not committed
@@ -270,7 +270,7 @@ def test_a_driver_whose_lease_lapses_while_its_insert_runs_writes_no_commit_file
     stale, the INSERT resumes: the lease-fenced log store refuses the commit file."""
     _fenced_jar()
     location = tmp_path / "events"
-    table = f"delta.`{location}`"
+    table = "default.events"
     app = tmp_path / "stalled_insert.py"
     app.write_text(APP)
     reached, release = tmp_path / "reached", tmp_path / "release"
@@ -286,7 +286,7 @@ def test_a_driver_whose_lease_lapses_while_its_insert_runs_writes_no_commit_file
     config = SparkConfig(table_format="delta", home=str(tmp_path), app_name="occflow-delta-lease-window-test",
                          conf={"spark.driver.memory": "768m"})
     with WindowPublisher(window, FENCE, confirmed, interval=0.1):
-        job = submit_job(ApplicationJob(str(app), (table, str(reached), str(release))), table, path,
+        job = submit_job(ApplicationJob(str(app), (table, str(location), str(reached), str(release))), table, path,
                          "insert_into", config, lease_window=(window, FENCE))
         deadline = time.monotonic() + TIMEOUT
         while not reached.exists() and job.running() and time.monotonic() < deadline:
