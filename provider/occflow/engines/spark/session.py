@@ -11,17 +11,24 @@ stays usable where Spark is not installed.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shlex
+import shutil
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from ...core.errors import InvalidDeclarationError
 from ...core.operations import Operation, parse_operation
+from ...core.secrets import is_secret_name
 from ..ledger import CommitRefused
 from ..outcome import WriteOutcome
+from . import submit_files
 from .attempt_fence import session_conf
 from .config import SparkConfig
 from .errors import classify_error, error_info
@@ -69,9 +76,12 @@ class SparkEngine:
             # commit (attempt_fence.py).
             conf = session_conf({**self.config.spark_conf(), **self.config.driver_log_conf()}, self.config)
             _check_running_context(conf)
+            secret = {k: v for k, v in conf.items() if is_secret_name(k)}
             for key, value in conf.items():
-                builder = builder.config(key, value)
-            spark = builder.getOrCreate()
+                if key not in secret:
+                    builder = builder.config(key, value)
+            with _secrets_in_a_private_file(secret):
+                spark = builder.getOrCreate()
             # getOrCreate hands back a running session as it is: its jars and extensions must be ours.
             _refuse_other_settings(
                 spark.sparkContext.getConf(), conf, _STATIC_KEYS, unset_differs=True, advice=_ADVICE
@@ -178,6 +188,39 @@ def _run_job(job: Job, spark: Any, context: JobContext, before_commit: Callable[
         if index == last:
             before_commit()
         run_statement(spark, statement)
+
+
+#: PySpark reads spark-submit's own arguments for the session's JVM from this variable.
+SUBMIT_ARGS_ENV = "PYSPARK_SUBMIT_ARGS"
+
+
+@contextlib.contextmanager
+def _secrets_in_a_private_file(secret: Mapping[str, str]) -> Iterator[None]:
+    """While a local session starts its JVM: the secret settings (a key, a token, a password)
+    reach it in a 0600 properties file, not on spark-submit's command line where PySpark's
+    gateway puts every ``--conf`` (readable in ``/proc`` by any local user). The file keeps
+    Spark's own ``spark-defaults.conf`` first (``--properties-file`` replaces it) and is removed
+    once the JVM has read it."""
+    from pyspark.find_spark_home import _find_spark_home  # optional heavy dependency
+
+    current = os.environ.get(SUBMIT_ARGS_ENV)
+    if not secret or "--properties-file" in (current or ""):
+        yield
+        return
+    folder = Path(tempfile.mkdtemp(prefix="occflow-spark-"))
+    path = folder / "secret.properties"
+    spark_submit = str(Path(_find_spark_home()) / "bin" / "spark-submit")  # type: ignore[no-untyped-call]
+    defaults = submit_files.spark_defaults(spark_submit, os.environ)
+    submit_files.write_private(path, (defaults + "\n\n" if defaults else "") + submit_files.java_properties(secret))
+    os.environ[SUBMIT_ARGS_ENV] = f"--properties-file {shlex.quote(str(path))} {current or 'pyspark-shell'}"
+    try:
+        yield
+    finally:
+        if current is None:
+            os.environ.pop(SUBMIT_ARGS_ENV, None)
+        else:
+            os.environ[SUBMIT_ARGS_ENV] = current
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _is_write(statement: str) -> bool:
