@@ -158,7 +158,9 @@ def test_spark_connection_secrets_are_on_no_command_line_in_no_log_and_not_in_th
     # No command line of any process this run started holds a secret, and the watcher saw them all.
     cmdlines = [c.replace(b"\0", b" ").decode(errors="replace") for c in watcher.cmdlines]
     assert [c for c in cmdlines if MARK in c] == []
-    jvm = [c for c in cmdlines if "org.apache.spark.deploy.SparkSubmit" in c]
+    # The driver's SparkSubmit JVM (an in-process session an earlier test left running in this
+    # process is a SparkSubmit JVM too: it runs pyspark-shell, not the driver).
+    jvm = [c for c in cmdlines if "org.apache.spark.deploy.SparkSubmit" in c and "driver.py" in c]
     driver = [c for c in cmdlines if "driver.py" in c and "--outcome" in c and "SparkSubmit" not in c]
     assert jvm and driver, cmdlines
     assert "--properties-file" in jvm[0] and "--conf " not in jvm[0]

@@ -21,7 +21,7 @@ from ..engines.conformance import (
     render_markdown,
     run_runners,
 )
-from ..engines.spark import iceberg_conformance
+from ..engines.spark import delta_conformance, iceberg_conformance
 from . import SUBCOMMANDS
 
 DEFAULT_DOCS_DIR = "docs/conformance"
@@ -38,6 +38,7 @@ class ConformanceEngine:
 #: Engines with a conformance runner, by the name ``--engine`` takes.
 ENGINES: dict[str, ConformanceEngine] = {
     "delta-rs": ConformanceEngine(deltars.conformance_runners, deltars.conformance_meta),
+    "delta-spark": ConformanceEngine(delta_conformance.conformance_runners, delta_conformance.conformance_meta),
     "spark-iceberg": ConformanceEngine(iceberg_conformance.conformance_runners, iceberg_conformance.conformance_meta),
 }
 
