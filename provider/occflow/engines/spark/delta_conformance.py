@@ -57,6 +57,7 @@ from ...core.operations import Operation
 from ...core.profiles import get_profile
 from ..conformance import Observation, parse_pair, render_json, run_runners
 from .config import SparkConfig
+from .delta_pinned import PinnedDelta
 from .errors import classify_error, error_info
 from .jvm_artifacts import DELTA_SPARK
 from .session import SparkEngine
@@ -242,61 +243,6 @@ def explain(layout: Layout, profile: str, earlier: Operation, later: Operation, 
 PINNED = (Operation.OPTIMIZE, Operation.ALTER_METADATA, Operation.UPGRADE_PROTOCOL)
 
 
-class _Jvm:
-    """The few delta-spark internals the pinned later jobs call, through Py4J."""
-
-    def __init__(self, spark: Any) -> None:
-        self.spark = spark
-        self.jvm = spark._jvm
-        self.js = spark._jsparkSession
-
-    def _seq(self, items: Sequence[Any]) -> Any:
-        lst = self.jvm.java.util.ArrayList()
-        for item in items:
-            lst.add(item)
-        return self.jvm.scala.collection.JavaConverters.asScalaBufferConverter(lst).asScala().toSeq()
-
-    def delta_log(self, table: str) -> tuple[Any, Any]:
-        ident = self.js.sessionState().sqlParser().parseTableIdentifier(table)
-        catalog_table = self.js.sessionState().catalog().getTableMetadata(ident)
-        return self.jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.js, catalog_table), catalog_table
-
-    def snapshot(self, table: str) -> tuple[Any, Any, Any]:
-        log, catalog_table = self.delta_log(table)
-        none = self.jvm.scala.Option.empty()
-        return log, catalog_table, log.update(False, none, none)
-
-    def optimize(self, pinned: tuple[Any, Any, Any], partitioned: bool) -> None:
-        _log, catalog_table, snapshot = pinned
-        parser = self.js.sessionState().sqlParser()
-        predicates = self._seq([parser.parseExpression("ds = 'p'")] if partitioned else [])
-        none = self.jvm.scala.Option.empty()
-        context = self.jvm.org.apache.spark.sql.delta.commands.DeltaOptimizeContext(none, none, none, none, False)
-        executor = self.jvm.org.apache.spark.sql.delta.commands.OptimizeExecutor(
-            self.js, snapshot, self.jvm.scala.Some(catalog_table), predicates, self._seq([]), False, context
-        )
-        executor.optimize()
-
-    def set_properties(self, pinned: tuple[Any, Any, Any], props: Mapping[str, str], read_all: bool) -> None:
-        log, catalog_table, snapshot = pinned
-        txn = log.startTransaction(self.jvm.scala.Some(catalog_table), self.jvm.scala.Some(snapshot))
-        if read_all:
-            txn.filterFiles()
-        meta = snapshot.metadata()
-        conf = meta.configuration()
-        changed = conf.empty()
-        for key, value in props.items():
-            conf = conf.updated(key, value)
-            changed = changed.updated(key, value)
-        new_meta = meta.copy(
-            meta.id(), meta.name(), meta.description(), meta.format(), meta.schemaString(),
-            meta.partitionColumns(), conf, meta.createdTime(),
-        )
-        txn.updateMetadata(new_meta, False)
-        operation = self.jvm.org.apache.spark.sql.delta.DeltaOperations.SetTableProperties(changed)
-        txn.commit(self._seq([]), operation)
-
-
 @dataclass
 class DeltaSparkPairRunner:
     """Runs pairs on fresh delta-spark tables of one ``Layout`` (a ``PairRunner``)."""
@@ -359,7 +305,7 @@ class DeltaSparkPairRunner:
         layout = self.layout
         gate = str(self.workdir / f"gate-{uuid.uuid4().hex}")
         later_error: list[BaseException] = []
-        jvm = _Jvm(spark)
+        jvm = PinnedDelta(spark)
         worker: threading.Thread | None = None
         pinned: tuple[Any, Any, Any] = (None, None, None)
         if later in PINNED:
@@ -405,32 +351,37 @@ class DeltaSparkPairRunner:
                     jvm.set_properties(pinned, {UPGRADE_FEATURE: "supported"}, read_all=True)
             except Exception as exc:  # noqa: BLE001 - the later job's failure is the observation
                 later_error.append(exc)
-        seconds = time.perf_counter() - start
-        history = spark.sql(f"DESCRIBE HISTORY {table}").select("version", "readVersion", "operation", "isBlindAppend").collect()
-        versions = sorted((int(r["version"]), r["readVersion"], str(r["operation"]), r["isBlindAppend"]) for r in history)
-        note = "; ".join(
-            f"v{v} {op}" + ("" if rv is None else f" (read v{rv})") + (", blind append" if blind else "")
-            for v, rv, op, blind in versions[1:]
-        )
-        if later_error:
-            failure = later_error[0]
-            return Observation(later_committed=False, later_kind=classify_error(failure).kind,
-                               later_error=_text(failure), seconds=seconds, note=note)
-        if len(versions) < 3:
-            # OPTIMIZE with nothing to compact commits nothing: it did not conflict, and did no work.
-            note = (note + "; " if note else "") + "the later job committed nothing (no files to rewrite)"
-            return Observation(later_committed=True, seconds=seconds, note=note)
-        last_read = versions[-1][1]
-        if last_read is not None and int(last_read) != 0:
-            if later is Operation.OPTIMIZE:
-                # Pinned on v0 by construction: a later read version is OPTIMIZE's own retry
-                # (OptimizeExecutor.commitAndRetry) after its first commit attempt conflicted.
-                note += f"; OPTIMIZE's first attempt (read v0) conflicted and Delta retried it on v{last_read}"
-            else:
-                return _invalid(
-                    start, f"the later job read v{last_read}, not the snapshot before the earlier commit (v0)"
-                )
+        return _observed(spark, table, later, later_error, start)
+
+
+def _observed(spark: Any, table: str, later: Operation, later_error: list[BaseException], start: float) -> Observation:
+    """What the later job did, from its own failure and the table's history."""
+    seconds = time.perf_counter() - start
+    history = spark.sql(f"DESCRIBE HISTORY {table}").select("version", "readVersion", "operation", "isBlindAppend").collect()
+    versions = sorted((int(r["version"]), r["readVersion"], str(r["operation"]), r["isBlindAppend"]) for r in history)
+    note = "; ".join(
+        f"v{v} {op}" + ("" if rv is None else f" (read v{rv})") + (", blind append" if blind else "")
+        for v, rv, op, blind in versions[1:]
+    )
+    if later_error:
+        failure = later_error[0]
+        return Observation(later_committed=False, later_kind=classify_error(failure).kind,
+                           later_error=_text(failure), seconds=seconds, note=note)
+    if len(versions) < 3:
+        # OPTIMIZE with nothing to compact commits nothing: it did not conflict, and did no work.
+        note = (note + "; " if note else "") + "the later job committed nothing (no files to rewrite)"
         return Observation(later_committed=True, seconds=seconds, note=note)
+    last_read = versions[-1][1]
+    if last_read is not None and int(last_read) != 0:
+        if later is Operation.OPTIMIZE:
+            # Pinned on v0 by construction: a later read version is OPTIMIZE's own retry
+            # (OptimizeExecutor.commitAndRetry) after its first commit attempt conflicted.
+            note += f"; OPTIMIZE's first attempt (read v0) conflicted and Delta retried it on v{last_read}"
+        else:
+            return _invalid(
+                start, f"the later job read v{last_read}, not the snapshot before the earlier commit (v0)"
+            )
+    return Observation(later_committed=True, seconds=seconds, note=note)
 
 
 def _invalid(start: float, why: str) -> Observation:
