@@ -35,10 +35,14 @@ class CommitFence:
     lease_id: str
     fence: int
     supersedes: tuple[str, ...] = ()
-    superseded_fence: int = 0
     #: The fencing token of each superseded lease, in ``supersedes``' order (an engine that
     #: finds a stalled writer's running job by the token it carries stops exactly those).
     superseded_fences: tuple[int, ...] = ()
+
+    @property
+    def superseded_fence(self) -> int:
+        """The highest superseded token: what a table is fenced up to (Delta)."""
+        return max(self.superseded_fences, default=0)
 
     def needs_fencing(self, fenced_up_to: int) -> bool:
         """Whether the table, fenced up to token ``fenced_up_to``, must be fenced further."""

@@ -314,7 +314,7 @@ class LeaseStore:
         with self._locked(lease.table) as tx:
             rows = tx.lapsed_conflicting(lease.claim, LAPSED_MEMORY)
         fences = tuple(int(r.fence or 0) for r in rows)
-        return CommitFence(lease.lease_id, lease.fence, tuple(r.lease_id for r in rows), max(fences, default=0), fences)
+        return CommitFence(lease.lease_id, lease.fence, tuple(r.lease_id for r in rows), fences)
 
     # -- holding and letting go ------------------------------------------------------------
 
