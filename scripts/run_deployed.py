@@ -61,11 +61,15 @@ DAG_FILES = {
     "occflow_iceberg_backfill": REPO / "dags_example" / "iceberg_backfill.py",
     "occflow_delta_merge_vs_compaction": REPO / "dags_example" / "delta_merge_vs_compaction.py",
     "occflow_delta_schema_change": REPO / "dags_example" / "delta_schema_change.py",
+    "occflow_delta_spark_concurrent": REPO / "dags_example" / "delta_spark_concurrent.py",
 }
 DESCRIPTIONS = {
     SPREAD: "conflicting spark-submit MERGEs spread over two Celery workers and a Spark cluster",
 }
-DEFAULT_DAGS = (SPREAD, "occflow_delta_merge_vs_compaction", "occflow_delta_schema_change", "occflow_iceberg_backfill")
+DEFAULT_DAGS = (SPREAD, "occflow_delta_merge_vs_compaction", "occflow_delta_schema_change", "occflow_iceberg_backfill",
+                "occflow_delta_spark_concurrent")
+#: The connection the Delta-on-Spark example runs on here (``OCCFLOW_EXAMPLE_DELTA_SPARK_CONN_ID``).
+DELTA_SPARK_CONN_ID = "occflow_spark_delta"
 
 
 def spark_connection(cluster: SparkCluster, pg: Postgres, home: Path) -> str:
@@ -82,14 +86,29 @@ def spark_connection(cluster: SparkCluster, pg: Postgres, home: Path) -> str:
                 "warehouse": str(home / "occflow" / "warehouse"),
                 "properties": {"jdbc.user": "occflow"},
             },
-            "conf": {
-                "spark.cores.max": "1",
-                "spark.executor.cores": "1",
-                "spark.executor.memory": "512m",
-                "spark.driver.memory": "512m",
-                "spark.driver.host": "127.0.0.1",
-            },
+            "conf": CLUSTER_CONF,
         },
+    })
+
+
+#: Small executors (one core each, so several drivers get executors at once).
+CLUSTER_CONF = {
+    "spark.cores.max": "1",
+    "spark.executor.cores": "1",
+    "spark.executor.memory": "512m",
+    "spark.driver.memory": "512m",
+    "spark.driver.host": "127.0.0.1",
+}
+
+
+def delta_spark_connection(cluster: SparkCluster) -> str:
+    """The ``occflow_spark_delta`` connection: the same cluster and executors with delta-spark.
+    Its jars (the manifest's or ``$OCCFLOW_DELTA_SPARK_JARS``) go into ``spark.jars`` as local
+    paths: the driver serves them to the executors."""
+    return json.dumps({
+        "conn_type": "occflow_spark",
+        "host": cluster.master_url,
+        "extra": {"table_format": "delta", "app_name": "occflow-delta-spark-example", "conf": CLUSTER_CONF},
     })
 
 
@@ -260,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
             "OCCFLOW_DEPLOYED_ADMISSION": "0" if args.no_admission else "1",
             "OCCFLOW_DEPLOYED_BATCHES": str(args.batches),
             "AIRFLOW_CONN_OCCFLOW_SPARK_DEFAULT": spark_connection(cluster, pg, home),
+            f"AIRFLOW_CONN_{DELTA_SPARK_CONN_ID.upper()}": delta_spark_connection(cluster),
+            "OCCFLOW_EXAMPLE_DELTA_SPARK_CONN_ID": DELTA_SPARK_CONN_ID,
             "SPARK_LOCAL_IP": "127.0.0.1",
         })
         os.environ.update(env)  # before airflow is imported: this process reads the same metadata DB

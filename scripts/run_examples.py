@@ -35,6 +35,8 @@ EXAMPLES = {
     "occflow_iceberg_backfill": "a concurrent backfill of one partitioned Iceberg table by mapped tasks",
     "occflow_delta_merge_vs_compaction": "MERGE upserts racing a compaction (delta-rs)",
     "occflow_delta_schema_change": "a schema change during appends (delta-rs)",
+    "occflow_delta_spark_concurrent": "a backfill, a MERGE, an OPTIMIZE and a schema change on one Delta table "
+    "(Spark, delta-spark)",
     "occflow_maxcompute_transactional": "concurrent writes on a MaxCompute Delta table and a standard table "
     "(stand-in project unless a MaxCompute connection is configured)",
 }
@@ -324,6 +326,8 @@ def describe(dag_id: str, state: str, seconds: float, rows: list[dict[str, Any]]
             )
             if "compaction" in value:
                 lines.append(f"   compaction: {value['compaction']}")
+            if "history" in value:
+                lines.append(f"   table history: {', '.join(value['history'])}")
     if not verified:
         lines.append("   verification did not pass")
     return "\n".join(lines), verified and state == "success"

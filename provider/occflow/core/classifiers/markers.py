@@ -121,6 +121,12 @@ _DELTA_ERROR_CLASSES: tuple[tuple[str, ConflictKind], ...] = (
     # "Cannot drop feature because a concurrent transaction modified the table. Please try the
     # operation again." — a lost race on DROP FEATURE, retried from a fresh snapshot.
     ("DELTA_FEATURE_DROP_CONFLICT_REVALIDATION_FAIL", K.CONCURRENT_WRITE),
+    # "The schema of your Delta table has changed in an incompatible way since your DataFrame or
+    # DeltaTable object was created." A schema change committed between the statement's analysis
+    # and its transaction (delta-spark 3.3.3 MergeIntoCommand.run: `target.schema.size !=
+    # deltaTxn.metadata.schema.size`; TahoeLogFileIndex.getSnapshot on read): the statement lost
+    # a race with a metadata commit, and a fresh analysis (a new attempt) sees the new schema.
+    ("DELTA_SCHEMA_CHANGE_SINCE_ANALYSIS", K.METADATA_CHANGED),
 )
 
 # Message templates, "<param>" placeholders turned into regular expressions.
