@@ -362,8 +362,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"logs and report kept in {home} (services: *.log, tasks: logs/, report: deployed-report.json)")
     verdict = "all DAGs ended with correct data" if ok else "some DAG did not end correctly"
     print(f"\n{verdict} (start-up {report.get('startup_seconds', 0):.0f}s, run {report.get('run_seconds', 0):.0f}s, "
-          f"{report['total_seconds']:.0f}s in all; admission {'on' if report['admission'] else 'off'}: "
-          f"{report.get('wasted_executor_seconds', 0):.1f} executor seconds wasted in lost attempts)")
+          f"{report['total_seconds']:.0f}s in all; admission {'on' if report['admission'] else 'off'}"
+          + (f": {report['wasted_executor_seconds']:.1f} executor seconds wasted in {SPREAD}'s lost attempts)"
+             if SPREAD in report.get("summaries", {}) else ")"))
     return 0 if ok else 1
 
 
