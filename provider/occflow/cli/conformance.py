@@ -6,51 +6,27 @@ import argparse
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.errors import InvalidDeclarationError
 from ..core.operations import Operation
-from ..engines import deltars
 from ..engines.conformance import (
     RENDERERS,
     ConformanceReport,
     Observation,
-    RunnerFactory,
     parse_pair,
     render_markdown,
     run_runners,
 )
-from ..engines.spark import delta_conformance, iceberg_conformance
+from ..engines.registry import ConformanceEntry, conformance_entry, conformance_names
 from . import SUBCOMMANDS
 
 DEFAULT_DOCS_DIR = "docs/conformance"
 
 
-@dataclass(frozen=True)
-class ConformanceEngine:
-    """An engine's entry points into the conformance framework: its runners and what it is."""
-
-    runners: RunnerFactory
-    meta: Callable[[], dict[str, str]]
-
-
-#: Engines with a conformance runner, by the name ``--engine`` takes.
-ENGINES: dict[str, ConformanceEngine] = {
-    "delta-rs": ConformanceEngine(deltars.conformance_runners, deltars.conformance_meta),
-    "delta-spark": ConformanceEngine(delta_conformance.conformance_runners, delta_conformance.conformance_meta),
-    "spark-iceberg": ConformanceEngine(iceberg_conformance.conformance_runners, iceberg_conformance.conformance_meta),
-}
-
-
-def engine_for(name: str) -> ConformanceEngine:
-    """The conformance entry points of engine ``name``; an unknown name is an error naming the known."""
-    try:
-        return ENGINES[name]
-    except KeyError:
-        raise InvalidDeclarationError(
-            f"unknown conformance engine {name!r}; known engines: {', '.join(ENGINES)}"
-        ) from None
+def engine_for(name: str) -> ConformanceEntry:
+    """The conformance entry points of engine ``name`` (a committer in the engine registry,
+    ``core.engines``); an unknown name is an error naming the known."""
+    return conformance_entry(name)
 
 
 def run_engine(
@@ -61,7 +37,7 @@ def run_engine(
 ) -> ConformanceReport:
     """Every runner of ``engine`` over all its pairs (or ``only`` those), tables in ``workdir``."""
     found = engine_for(engine)
-    return run_runners(engine, found.runners, workdir, progress, only, found.meta)
+    return run_runners(found.name, found.runners, workdir, progress, only, found.meta)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -73,7 +49,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             "job's snapshot and commits after it. Divergences from the profiles are listed, not hidden."
         ),
     )
-    p.add_argument("--engine", required=True, choices=sorted(ENGINES), help="the engine to run")
+    p.add_argument("--engine", required=True, choices=sorted(conformance_names()), help="the engine to run")
     p.add_argument("--format", choices=sorted(RENDERERS), default="table")
     p.add_argument(
         "--write-docs",

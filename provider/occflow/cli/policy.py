@@ -1,9 +1,10 @@
 """``occflow policy PROFILE OPERATION``: the effective conflict policy a write task follows.
 
 ``PROFILE`` may also be a table format (``delta``, ``iceberg``, ``maxcompute``...): the format's
-default profile (``FORMAT_DEFAULT_PROFILE``), or with ``--engine`` the profile the engine's
-operator uses on such a table (``DeltaWriteOperator``: delta-rs's own matrix, not Databricks').
-``occflow matrix`` resolves its name the same way (``resolve_profile``).
+default profile (``core.declaration.format_default_profile``), or with ``--engine`` the profile
+the engine's operator uses on such a table (``DeltaWriteOperator``: delta-rs's own matrix, not
+Databricks'). ``occflow matrix`` resolves its name the same way (``resolve_profile``). The
+engines, their operators and what they commit are the engine registry's (``core.engines``).
 """
 
 from __future__ import annotations
@@ -13,30 +14,14 @@ import json
 import sys
 from dataclasses import dataclass
 
-from ..core.declaration import FORMAT_DEFAULT_PROFILE
+from ..core.declaration import format_default_profile
+from ..core.engines import engine_spec, engine_specs, own_profiles, table_kind, table_kinds
 from ..core.errors import InvalidDeclarationError, UnknownProfileError
 from ..core.operations import Operation, parse_operation
 from ..core.policy import Action, derive_policy
 from ..core.profiles import PROFILES, get_profile
 from ..core.tablefacts import TableFacts
 from . import SUBCOMMANDS
-
-
-@dataclass(frozen=True)
-class Engine:
-    """An engine ``--engine`` names: the operator that writes through it, and for each table
-    format it writes, the engine that commits as ``TableFacts`` knows it (its profile follows)."""
-
-    operator: str
-    commits: dict[str, str]
-
-
-#: ``--engine`` values.
-ENGINES: dict[str, Engine] = {
-    "delta-rs": Engine("DeltaWriteOperator", {"delta": "delta-rs"}),
-    "spark": Engine("SparkWriteOperator", {"delta": "delta-spark", "iceberg": "spark-iceberg"}),
-    "maxcompute": Engine("MaxComputeWriteOperator", {"maxcompute": "maxcompute"}),
-}
 
 
 @dataclass(frozen=True)
@@ -48,17 +33,23 @@ class Resolved:
 
 
 def _format_facts(name: str, engine: str) -> TableFacts:
-    """A table of format ``name`` (a ``FORMAT_DEFAULT_PROFILE`` key) written by ``engine``,
-    with no property set: the profile its facts give is the one the operator uses by default."""
-    table_format = get_profile(FORMAT_DEFAULT_PROFILE[name]).table_format
-    commits = ENGINES[engine].commits
-    if table_format not in commits:
+    """A table of kind ``name`` (``core.engines.table_kinds``) written by ``engine``, with no
+    property set but those the kind implies: the profile its facts give is the one the
+    operator uses by default."""
+    kind = table_kind(name)
+    spec = engine_spec(engine)
+    commits = spec.committer_for(kind.table_format)
+    if commits is None:
         raise InvalidDeclarationError(
-            f"--engine {engine} ({ENGINES[engine].operator}) does not write {table_format} tables; "
-            f"it writes {', '.join(commits)}"
+            f"--engine {engine} ({spec.operator_name}) does not write {kind.table_format} tables; "
+            f"it writes {', '.join(spec.table_formats)}"
         )
-    implied = {"transactional": "true"} if FORMAT_DEFAULT_PROFILE[name] == "maxcompute-transactional" else {}
-    return TableFacts(f"a {name} table", table_format, commits[table_format], properties=implied)
+    return TableFacts(f"a {name} table", kind.table_format, commits.name, properties=kind.properties)
+
+
+def _format_names() -> str:
+    """The table-format names that are not also profile names (for messages)."""
+    return ", ".join(f for f in table_kinds() if f not in PROFILES)
 
 
 def resolve_profile(name: str, engine: str | None = None, operation: Operation | None = None) -> Resolved:
@@ -68,25 +59,25 @@ def resolve_profile(name: str, engine: str | None = None, operation: Operation |
         if engine is not None:
             _check_engine_uses(name, engine, operation)
         return Resolved(name)
-    if name not in FORMAT_DEFAULT_PROFILE:
-        formats = ", ".join(f for f in FORMAT_DEFAULT_PROFILE if f not in PROFILES)
+    if name not in table_kinds():
         raise UnknownProfileError(
-            f"unknown profile or table format {name!r}; profiles: {', '.join(PROFILES)}; table formats: {formats}"
+            f"unknown profile or table format {name!r}; profiles: {', '.join(PROFILES)}; table formats: {_format_names()}"
         )
     if engine is not None:
         profile = _format_facts(name, engine).profile_name(operation)
-        return Resolved(profile, f"table format {name} written by {engine} ({ENGINES[engine].operator}): profile {profile}")
-    default = FORMAT_DEFAULT_PROFILE[name]
+        operator = engine_spec(engine).operator_name
+        return Resolved(profile, f"table format {name} written by {engine} ({operator}): profile {profile}")
+    default = format_default_profile(name)
     same, others = [], []
-    for other, found in ENGINES.items():
+    for other in engine_specs():
         try:
-            profile = _format_facts(name, other).profile_name(operation)
+            profile = _format_facts(name, other.name).profile_name(operation)
         except InvalidDeclarationError:  # the engine does not write this format
             continue
         if profile == default:
-            same.append(f"{found.operator}'s, --engine {other}")
+            same.append(f"{other.operator_name}'s, --engine {other.name}")
         else:
-            others.append(f"; {found.operator} uses {profile} (--engine {other})")
+            others.append(f"; {other.operator_name} uses {profile} (--engine {other.name})")
     used_by = f" ({'; '.join(same)})" if same else ""
     return Resolved(
         default,
@@ -96,19 +87,20 @@ def resolve_profile(name: str, engine: str | None = None, operation: Operation |
 
 def _check_engine_uses(name: str, engine: str, operation: Operation | None) -> None:
     """Refuse a profile the engine's operator does not follow: another format's, or (Delta)
-    delta-rs's own matrix on delta-spark and Databricks' matrices on delta-rs."""
+    a committer's own matrix (delta-rs's) on another engine, and the format's matrices on
+    the committer that has its own."""
     profile = get_profile(name)
-    commits = ENGINES[engine].commits
-    if profile.table_format not in commits:
+    spec = engine_spec(engine)
+    if spec.committer_for(profile.table_format) is None:
         raise InvalidDeclarationError(
             f"profile {name} describes {profile.table_format} tables; --engine {engine} "
-            f"({ENGINES[engine].operator}) writes {', '.join(commits)}"
+            f"({spec.operator_name}) writes {', '.join(spec.table_formats)}"
         )
-    own = "delta-rs"  # the one engine with its own matrix whatever the table's properties
+    own = own_profiles()  # the matrices that are one engine's own, whatever the table's properties
     uses = _format_facts(profile.table_format, engine).profile_name(operation)
-    if (name == own) != (uses == own):
+    if (name in own or uses in own) and name != uses:
         raise InvalidDeclarationError(
-            f"--engine {engine} ({ENGINES[engine].operator}) does not follow profile {name}: on a "
+            f"--engine {engine} ({spec.operator_name}) does not follow profile {name}: on a "
             f"{profile.table_format} table it follows {uses}"
         )
 
@@ -120,8 +112,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="What a write task does when it loses a conflict, per conflict kind, as derived "
         "from the profile's matrix (and your overrides).",
     )
-    formats = ", ".join(f for f in FORMAT_DEFAULT_PROFILE if f not in PROFILES)
-    p.add_argument("profile", help=f"a profile: {', '.join(PROFILES)}; or a table format ({formats}) for its default "
+    p.add_argument("profile", help=f"a profile: {', '.join(PROFILES)}; or a table format ({_format_names()}) for its default "
                    "profile, or with --engine the one that engine's operator uses")
     p.add_argument("operation", help="canonical name (merge) or SQL spelling ('MERGE INTO')")
     add_engine_option(p)
@@ -155,9 +146,9 @@ def _overrides(pairs: list[str]) -> dict[str, str]:
 def add_engine_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--engine",
-        choices=list(ENGINES),
+        choices=[spec.name for spec in engine_specs()],
         help="the engine that commits: a table format then means the profile its operator uses ("
-        + ", ".join(f"{name}: {engine.operator}" for name, engine in ENGINES.items())
+        + ", ".join(f"{spec.name}: {spec.operator_name}" for spec in engine_specs())
         + "); a profile it does not follow is refused",
     )
 

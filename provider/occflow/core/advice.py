@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from .engines import committers, find_committer
 from .kinds import ConflictKind
 
-#: Engine families, from the engine names the operators and outcomes report.
+#: Engine families (``core.engines.Committer.family``): whose wording of the advice applies.
 DELTA_RS = "delta-rs"
 DELTA_SPARK = "delta-spark"
 ICEBERG = "iceberg"
@@ -45,19 +46,15 @@ ENGINE_HELP: Mapping[tuple[ConflictKind, str], str] = {
 
 
 def engine_family(engine: str | None) -> str | None:
-    """``delta-rs`` / ``delta-spark`` / ``iceberg`` / ``maxcompute`` for an engine name as the
-    operators report it (``delta-rs``, ``spark-iceberg``, ``spark-delta``, ``maxcompute``);
-    ``None`` when the name does not say (``spark-submit``, ``unknown``)."""
-    name = (engine or "").lower()
-    if name.startswith("delta-rs") or name in ("deltars", "deltalake"):
-        return DELTA_RS
-    if "iceberg" in name:
-        return ICEBERG
-    if "delta" in name:
-        return DELTA_SPARK
-    if "maxcompute" in name or "odps" in name:
-        return MAXCOMPUTE
-    return None
+    """The family of the engine an operator or outcome reports (``delta-rs``, ``spark-iceberg``,
+    ``spark-delta``, ``maxcompute``), looked up in the engine registry by name or alias, any case;
+    a family's own name (``iceberg``) is its family. ``None`` when the name is no engine's
+    (``spark-submit``, ``unknown``): the kind's own help applies."""
+    found = find_committer(engine)
+    if found is not None:
+        return found.family
+    name = (engine or "").strip().lower()
+    return name if name in {c.family for c in committers()} else None
 
 
 def kind_help(kind: ConflictKind, engine: str | None = None) -> str:

@@ -11,23 +11,25 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .engines import table_kind
 from .errors import InvalidDeclarationError, InvalidFootprintError
 from .identifiers import canonical_location, canonical_table, shown, table_parts
 from .operations import Operation
 from .profiles import Cell, Profile, get_profile
 from .ranges import canonical_spec_value, key_value_parts
+from .tablefacts import TableFacts
 
 _PARTITION_COLUMN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TEMPLATE_RE = re.compile(r"\{\{.*?\}\}|\{%.*?%\}")
 
-FORMAT_DEFAULT_PROFILE = {
-    "delta": "delta-write-serializable",
-    # Delta written by delta-rs (DeltaWriteOperator): its own observed matrix, not Databricks'.
-    "delta-rs": "delta-rs",
-    "iceberg": "iceberg-serializable",
-    "maxcompute": "maxcompute-standard",
-    "maxcompute-transactional": "maxcompute-transactional",
-}
+
+def format_default_profile(table_format: str) -> str:
+    """The profile ``table_format`` means when no profile is named: a format's or table kind's
+    default, or a committer's (``delta-rs``: its own matrix, not Databricks'), as the facts of
+    such a table with no property set give it. The names are the registry's
+    (``core.engines.table_kinds``); an unknown one is an error naming the known."""
+    kind = table_kind(table_format)
+    return TableFacts(f"a {kind.name} table", kind.table_format, kind.engine, properties=kind.properties).profile_name()
 
 
 class EngineProfileWarning(UserWarning):
@@ -206,12 +208,7 @@ def resolve_profile(profile: str | Profile | None, table_format: str | None) -> 
         return get_profile(profile)
     if table_format is None:
         raise InvalidDeclarationError("name a profile or a table_format ('delta', 'iceberg', 'maxcompute')")
-    try:
-        return get_profile(FORMAT_DEFAULT_PROFILE[table_format])
-    except KeyError:
-        raise InvalidDeclarationError(
-            f"unknown table_format {table_format!r}; known: {', '.join(FORMAT_DEFAULT_PROFILE)}"
-        ) from None
+    return get_profile(format_default_profile(table_format))
 
 
 def normalise_partitions(

@@ -13,26 +13,39 @@ them, naming the fact. The engines read the facts (``engines/deltars/facts.py``,
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from .engines import TABLE_FORMATS, Committer, committers, describe_committers, find_committer, own_profiles
 from .errors import InvalidDeclarationError
 from .operations import Operation
 from .profiles import PROFILES, Profile, get_profile
 from .profiles.delta_rlc import DBX_RLC_ZORDER, ZORDER_PROFILE
 
-TABLE_FORMATS = ("delta", "iceberg", "maxcompute")
-#: The engine that commits, and the table format it writes. ``databricks``: Delta on Databricks
-#: Runtime (the only Delta engine with row-level concurrency); ``None``: not known.
-ENGINES: dict[str, str] = {
-    "delta-rs": "delta",
-    "delta-spark": "delta",
-    "databricks": "delta",
-    "spark-iceberg": "iceberg",
-    "maxcompute": "maxcompute",
-}
+
+class _CommitterFormats(Mapping[str, str]):
+    """Each committer's name and the table format it writes, read from the engine registry
+    (``core.engines``) on every access, so an engine added there is known here at once."""
+
+    def __getitem__(self, name: str) -> str:
+        found = next((c for c in committers() if c.name == name), None)
+        if found is None:
+            raise KeyError(name)
+        return found.table_format
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([c.name for c in committers()])
+
+    def __len__(self) -> int:
+        return len(committers())
+
+
+#: The engine that commits (``TableFacts.engine``) and the table format it writes, as the
+#: registry has them; ``databricks``: Delta on Databricks Runtime (the only Delta engine with
+#: row-level concurrency). ``core.sqlfilefinding`` reads it.
+ENGINES: Mapping[str, str] = _CommitterFormats()
 
 ISOLATION_LEVEL = "delta.isolationLevel"
 DELETION_VECTORS = "delta.enableDeletionVectors"
@@ -54,8 +67,6 @@ DECIDING_PROPERTIES: dict[str, tuple[str, ...]] = {
 # lower-cased): delta.enableDeletionVector is 0.98; delta.enableChangeDataFeed (a real property,
 # 0.61) and write.delete.distribution-mode (0.72) are other properties, not typos.
 _TYPO_RATIO = 0.8
-# delta-io/delta#7360: open-source Delta has no row-level concurrency (Databricks Runtime 14.2+ has).
-_OSS_DELTA_NO_RLC = "open-source delta-spark has no row-level concurrency (delta-io/delta#7360)"
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,8 @@ class TableFacts:
     on a column pins to one partition. ``partition_transforms`` are the other partition fields
     (Iceberg's ``days(ts)``, ``bucket(16, id)``): recorded, not footprint columns.
     ``primary_key``: MaxCompute's (a Delta Table has one); ``None`` when not known.
+    ``engine``: the committer (``core.engines``), by its name or an alias (kept as its name);
+    ``None`` when not known.
     """
 
     table: str
@@ -82,11 +95,13 @@ class TableFacts:
             raise InvalidDeclarationError(
                 f"unknown table format {self.table_format!r} for {self.table}; known: {', '.join(TABLE_FORMATS)}"
             )
-        if self.engine is not None and ENGINES.get(self.engine) != self.table_format:
-            raise InvalidDeclarationError(
-                f"engine {self.engine!r} does not write {self.table_format} tables; engines: "
-                + ", ".join(f"{e} ({f})" for e, f in ENGINES.items())
-            )
+        if self.engine is not None:
+            found = find_committer(self.engine)
+            if found is None or found.table_format != self.table_format:
+                raise InvalidDeclarationError(
+                    f"engine {self.engine!r} does not write {self.table_format} tables; engines: {describe_committers()}"
+                )
+            object.__setattr__(self, "engine", found.name)
         object.__setattr__(self, "partition_columns", tuple(c.lower() for c in self.partition_columns))
         object.__setattr__(self, "properties", MappingProxyType({str(k): str(v) for k, v in self.properties.items()}))
         # Read every property the profile depends on now: a value the format does not know is
@@ -118,6 +133,11 @@ class TableFacts:
                 )
 
     # ------------------------------------------------------------------ the facts
+
+    @property
+    def committer(self) -> Committer | None:
+        """The engine that commits, as the registry describes it (``None``: not known)."""
+        return find_committer(self.engine)
 
     def table_property(self, key: str) -> str | None:
         """A table property, its key matched without regard to case (engines differ)."""
@@ -153,9 +173,10 @@ class TableFacts:
     def row_level_concurrency(self) -> bool:
         """Spec 004: Databricks Runtime 14.2+ resolves conflicts row by row on Delta tables with
         deletion vectors and no partitions (not on open-source Delta, not on delta-rs)."""
+        committer = self.committer
         return (
             self.table_format == "delta"
-            and self.engine not in ("delta-rs", "delta-spark")
+            and (committer is None or committer.row_level_concurrency)
             and self.deletion_vectors
             and not self.partition_columns
         )
@@ -219,16 +240,18 @@ class TableFacts:
     def _delta(self) -> tuple[str, tuple[str, ...]]:
         level = self.delta_isolation_level
         set_or_default = "" if self.table_property(ISOLATION_LEVEL) is not None else " (unset: Delta's default)"
-        if self.engine == "delta-rs":
-            return "delta-rs", (
-                f"{self.table} is written by delta-rs, whose conflict checker is its own matrix (profile "
-                f"'delta-rs'), not Databricks'",
-                f"{ISOLATION_LEVEL} is {level}{set_or_default}: delta-rs behaves the same at both levels",
+        committer = self.committer
+        if committer is not None and committer.own_profile is not None:
+            own = committer.own_profile
+            return own, (
+                f"{self.table} is written by {committer.name}, whose conflict checker is its own matrix (profile "
+                f"{own!r}), not Databricks'",
+                f"{ISOLATION_LEVEL} is {level}{set_or_default}: {committer.name} behaves the same at both levels",
             )
         name = "delta-serializable" if level == "Serializable" else "delta-write-serializable"
         why = [f"{ISOLATION_LEVEL} is {level}{set_or_default}"]
-        if self.engine == "delta-spark":
-            why.append(f"committed by delta-spark: {_OSS_DELTA_NO_RLC}")
+        if committer is not None and not committer.row_level_concurrency:
+            why.append(f"committed by {committer.name}: {committer.no_rlc_reason or 'no row-level concurrency'}")
         elif not self.deletion_vectors:
             why.append(f"{DELETION_VECTORS} is not true: no row-level concurrency (spec 004)")
         elif self.partition_columns:
@@ -334,16 +357,18 @@ class TableFacts:
         return f"the table is not transactional ({TRANSACTIONAL} is not true)"
 
     def _delta_contradiction(self, profile: Profile) -> str:
-        if self.engine == "delta-rs":
-            return "the write is committed by delta-rs, whose conflict checker is not Databricks'"
-        if profile.name == "delta-rs":
-            return f"the write is committed by {self.engine or 'Delta on Spark / Databricks'}, not delta-rs"
+        committer = self.committer
+        if committer is not None and committer.own_profile is not None:
+            return f"the write is committed by {committer.name}, whose conflict checker is not Databricks'"
+        if profile.name in own_profiles():
+            owners = ", ".join(c.name for c in committers() if c.own_profile == profile.name)
+            return f"the write is committed by {self.engine or 'Delta on Spark / Databricks'}, not {owners}"
         level = self.delta_isolation_level
         if profile.name.removesuffix("-rlc") != ("delta-serializable" if level == "Serializable" else "delta-write-serializable"):
             unset = " (unset: Delta's default)" if self.table_property(ISOLATION_LEVEL) is None else ""
             return f"the table says {ISOLATION_LEVEL}={level}{unset}"
-        if self.engine == "delta-spark":
-            return _OSS_DELTA_NO_RLC
+        if committer is not None and not committer.row_level_concurrency:
+            return committer.no_rlc_reason or f"{committer.name} has no row-level concurrency"
         if not self.deletion_vectors:
             return f"row-level concurrency needs deletion vectors and the table's {DELETION_VECTORS} is not true"
         return f"row-level concurrency needs a table without partitions and {self.table} is partitioned by {', '.join(self.partition_columns)}"

@@ -21,26 +21,43 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from ..core.engines import EngineSpec, engine_specs
 from ..core.errors import InvalidDeclarationError
-from ..operators.delta import DeltaWriteOperator
-from ..operators.spark import SparkWriteOperator
+from ..engines.registry import resolve
+from ..operators.base import OccflowWriteOperator
 
-ENGINES = ("spark", "delta-rs")
+
+def function_engines() -> tuple[EngineSpec, ...]:
+    """The engines whose operator runs a Python function as its job (the engine registry's)."""
+    return tuple(spec for spec in engine_specs() if spec.runs_functions)
+
+
+def _function_engine(engine: str) -> EngineSpec:
+    found = next((spec for spec in function_engines() if engine in (spec.name, *spec.aliases)), None)
+    if found is None:
+        names = tuple(spec.name for spec in function_engines())
+        raise InvalidDeclarationError(f"@task.occflow_write: engine must be one of {names}, got {engine!r}")
+    return found
 
 
 class OccflowWriteTask:
     """What ``@task.occflow_write`` returns: call it to add the task, ``expand`` to map it."""
 
     def __init__(self, fn: Callable[..., Any], engine: str, operator_kwargs: dict[str, Any]) -> None:
-        if engine not in ENGINES:
-            raise InvalidDeclarationError(f"@task.occflow_write: engine must be one of {ENGINES}, got {engine!r}")
+        self.spec = _function_engine(engine)
         self.fn = fn
         self.engine = engine
         self.operator_kwargs = operator_kwargs
         functools.update_wrapper(self, fn)
 
-    def _operator_class(self) -> type[Any]:
-        return DeltaWriteOperator if self.engine == "delta-rs" else SparkWriteOperator
+    def _operator_class(self) -> type[OccflowWriteOperator]:
+        """The engine's operator, as the engine registry names it (``core.engines``)."""
+        operator = resolve(self.spec.operator)
+        if not (isinstance(operator, type) and issubclass(operator, OccflowWriteOperator)):
+            raise InvalidDeclarationError(
+                f"engine {self.spec.name}: operator {self.spec.operator!r} is not an OccflowWriteOperator"
+            )
+        return operator
 
     def _kwargs(self, overrides: dict[str, Any]) -> dict[str, Any]:
         return {"task_id": self.fn.__name__, **self.operator_kwargs, **overrides, "job": self.fn}

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...core.engines import SPARK
 from ...core.errors import InvalidDeclarationError
 from ...core.tablefacts import TableFacts
 from .identifiers import quote_table
 
-#: Spark's table providers whose facts occflow reads, and the engine that commits to each.
-ENGINES = {"iceberg": "spark-iceberg", "delta": "delta-spark"}
+#: Spark's table providers whose facts occflow reads, and the engine that commits to each: the
+#: Spark spec's committers (``core.engines.SPARK``).
+ENGINES = {c.table_format: c.name for c in SPARK.commits}
 
 
 def spark_table_facts(spark: Any, table: str) -> TableFacts:
