@@ -7,10 +7,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
+from pathlib import Path
 
+from ..core.errors import OccflowError
 from ..lint.baseline import read_baseline, write_baseline
 from ..lint.config import load_config
 from ..lint.dagscan import ScannedFolder, scan_dag_folder
+from ..lint.planning import with_name_locations
 from ..lint.report import SEVERITIES, lint
 from . import SUBCOMMANDS
 
@@ -40,11 +44,29 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def scan_for(command: str, folder: str) -> ScannedFolder | None:
     """The scanned folder, with a line on stderr per DAG file that failed to import; None when
-    no DAG could be read at all (a missing or empty folder is an ``OccflowError``: exit 2)."""
+    no DAG could be read at all (a missing or empty folder is an ``OccflowError``: exit 2).
+    A hand-made Delta declaration that names no location is keyed by where its name leads too,
+    as ``DeltaWriteOperator`` resolves it, so lint and pools meet it with the operator's write."""
     scanned = scan_dag_folder(folder)
     for problem in scanned.import_problems():
         print(f"occflow {command}: {problem}", file=sys.stderr)
-    return scanned if scanned.dag_ids else None
+    if not scanned.dag_ids:
+        return None
+    return replace(scanned, tasks=with_name_locations(scanned.tasks, name_location))
+
+
+def name_location(table: str) -> str | None:
+    """Where ``DeltaWriteOperator`` writes ``table`` when given no ``path``: under the warehouse
+    of ``$OCCFLOW_HOME`` (``default_delta_location``), symlinks resolved as the operator resolves
+    them; ``None`` for a name that leads nowhere there (a template, a name outside the root)."""
+    # The hook module imports Airflow and pydantic: loaded only when a hand-made Delta declaration
+    # needs locating (the DAG files themselves are read in a child process).
+    from ..hooks.spark import default_delta_location
+
+    try:
+        return str(Path(default_delta_location(table)).resolve())
+    except (OccflowError, OSError):
+        return None
 
 
 def _lint(args: argparse.Namespace) -> int:

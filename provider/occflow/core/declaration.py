@@ -6,6 +6,7 @@ so a bad declaration is caught once, at DAG parse time, with one message.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from .engines import table_kind
 from .errors import InvalidDeclarationError, InvalidFootprintError
 from .identifiers import canonical_location, canonical_table, shown, table_parts
 from .operations import Operation
+from .partvalues import typed_partition_spec
 from .profiles import Cell, Profile, get_profile
 from .ranges import canonical_spec_value, key_value_parts
 from .tablefacts import TableFacts
@@ -126,11 +128,14 @@ class WriteDeclaration:
         allow_templates: bool = False,
         catalog: str | None = None,
         engine_profile: str | None = None,
+        location: str | None = None,
     ) -> WriteDeclaration:
         """Validate everything a user wrote; errors name the field and what would be right.
 
         With ``allow_templates`` (DAG parse time), Jinja templates in partition values are
-        accepted and checked again after rendering.
+        accepted and checked again after rendering. ``location`` names where the table is (a
+        delta-rs path): then that place is the table's identity to admission, lint and pools,
+        as it is for the operator that writes it.
         """
         validate_table_identifier(table)
         if catalog is not None:
@@ -140,7 +145,11 @@ class WriteDeclaration:
         prof = resolve_profile(profile, table_format)
         op = prof.operation(operation)
         parts = normalise_partitions(partitions, allow_templates=allow_templates)
-        return cls(table, prof, op, parts, reads_whole_table, catalog, engine_profile)
+        if location is not None:
+            if not isinstance(location, str) or not location.strip():
+                raise InvalidDeclarationError(f"location must be a path or URI, got {location!r}")
+            canonical_location(location)
+        return cls(table, prof, op, parts, reads_whole_table, catalog, engine_profile, location)
 
     @property
     def engine_matrix(self) -> Profile:
@@ -189,6 +198,14 @@ class WriteDeclaration:
         if not self.partitions:
             return None
         return frozenset(partition_key(p) for p in self.partitions)
+
+    def with_typed_partitions(self, column_types: Mapping[str, str], engine: str | None) -> WriteDeclaration:
+        """The declaration with each partition value as ``engine`` writes it for the column's type
+        (``core.partvalues.typed_partition_spec``: ``{"p": "07"}`` on an INT column is ``p=7``)."""
+        if not self.partitions:
+            return self
+        typed = tuple(typed_partition_spec(spec, column_types, engine) for spec in self.partitions)
+        return dataclasses.replace(self, partitions=typed)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -118,6 +118,25 @@ def canonical_location(location: str) -> str:
     return f"{scheme}://{host.lower()}{key.rstrip('/') or ''}"
 
 
+def table_identities(
+    table: str, catalog: str | None = None, location: str | None = None, name_location: str | None = None
+) -> frozenset[str]:
+    """Every key one table is known by, so that two declarations of it meet whoever wrote them
+    (an operator, a hand-made ``WriteDeclaration``): they are one table when their keys share one.
+
+    A table whose location is known (``location``: delta-rs writes a path) is that place only:
+    two tables of one name in two places are two tables. A table known only by its name is its
+    canonical name and, when its engine derives a location from the name (``name_location``:
+    where delta-rs writes a table given no path), that location too: the operator that writes
+    the name without a path is keyed by exactly that place."""
+    if location is not None:
+        return frozenset({canonical_location(location)})
+    keys = {canonical_table(table, catalog)}
+    if name_location is not None:
+        keys.add(canonical_location(name_location))
+    return frozenset(keys)
+
+
 def is_canonical_location(text: str) -> bool:
     """Whether ``text`` is a table location as ``canonical_location`` spells it (a lease's table
     may be one); a table name never is (a name with ``:`` or ``/`` is refused)."""

@@ -17,12 +17,13 @@ from __future__ import annotations
 import bisect
 import enum
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 
 from ..core.declaration import WriteDeclaration
 from ..core.errors import OccflowError
 from ..core.footprint import overlapping_specs
+from ..core.identifiers import table_identities
 from ..core.profiles import PROFILES, Cell, Profile
 
 _TEMPLATE = re.compile(r"\{\{.*?\}\}|\{%.*?%\}")
@@ -55,6 +56,16 @@ class DeclaredTask:
     # The task's own concurrency limits (Airflow's ``max_active_tis_per_dag`` / ``..._dagrun``).
     max_active_tis_per_dag: int | None = None
     max_active_tis_per_dagrun: int | None = None
+    #: Where the table's name leads when the write names no location and its engine derives one
+    #: from the name (delta-rs without ``path``), as the operator resolves it
+    #: (``with_name_locations``): a hand-made declaration of ``lake.t`` meets the operator's write
+    #: of ``lake.t``, which is keyed by that location.
+    name_location: str | None = None
+
+    @property
+    def identities(self) -> frozenset[str]:
+        """The keys the task's table is known by (``core.identifiers.table_identities``)."""
+        return _identities(self.write, self.name_location)
 
     @property
     def ident(self) -> str:
@@ -183,19 +194,21 @@ def _value_match(a: object, b: object) -> bool:
     return a == b or bool(_TEMPLATE.search(str(a))) or bool(_TEMPLATE.search(str(b)))
 
 
-def _identity(declared: WriteDeclaration) -> str:
-    """The table as admission knows it (``WriteDeclaration.table_key``: a delta-rs table's
-    location, else its canonical name): one table under two spellings of its name, or two names
-    for one path, is one table here too. A name still holding a template is compared as written."""
+def _identities(declared: WriteDeclaration, name_location: str | None = None) -> frozenset[str]:
+    """The table as admission knows it (a delta-rs table's location, else its canonical name, and
+    the location that name leads to where the engine derives one): one table under two spellings
+    of its name, or two names for one path, is one table here too. A name still holding a
+    template is compared as written."""
     try:
-        return declared.table_key
+        return table_identities(declared.table, declared.catalog, declared.location, name_location)
     except OccflowError:
-        return declared.table
+        return frozenset({declared.table})
 
 
-def footprint_overlap(a: WriteDeclaration, b: WriteDeclaration) -> str | None:
-    """How two declared footprints may overlap, or None if they cannot."""
-    if _identity(a) != _identity(b):
+def footprint_overlap(a: WriteDeclaration, b: WriteDeclaration, same_table: bool | None = None) -> str | None:
+    """How two declared footprints may overlap, or None if they cannot. ``same_table``: whether
+    they are one table, when the caller knows more than the declarations (``DeclaredTask``)."""
+    if not (bool(_identities(a) & _identities(b)) if same_table is None else same_table):
         return None
     if not a.partitions or not b.partitions:
         return "whole table"
@@ -205,6 +218,21 @@ def footprint_overlap(a: WriteDeclaration, b: WriteDeclaration) -> str | None:
     pa, pb = pair
     shown = "/".join(f"{k}={pa[k]}" for k in sorted(pa))
     return f"partition {shown}" + ("" if dict(pa) == dict(pb) else f" ~ {'/'.join(f'{k}={pb[k]}' for k in sorted(pb))}")
+
+
+def with_name_locations(tasks: Sequence[DeclaredTask], locate: Callable[[str], str | None]) -> tuple[DeclaredTask, ...]:
+    """The tasks, each hand-made Delta declaration that names no location keyed also by where
+    ``locate`` (the operator's own resolution of a name: ``occflow.cli.lint``) says its name
+    leads. Only declarations no occflow operator made (``engine`` unknown): an operator's
+    declaration already carries its location when it is known, and one whose ``path`` is a
+    template is not at the name's location."""
+    out = []
+    for task in tasks:
+        write = task.write
+        if task.engine is None and write.location is None and write.profile.table_format == "delta":
+            task = replace(task, name_location=locate(write.table))
+        out.append(task)
+    return tuple(out)
 
 
 def pair_evidence(a: DeclaredTask, b: DeclaredTask) -> tuple[Evidence, ...]:
@@ -278,7 +306,7 @@ def collisions(tasks: Sequence[DeclaredTask], window: float = 3600.0) -> list[Co
     found: list[Collision] = []
     for i, a in enumerate(tasks):
         for b in tasks[i:]:
-            overlap = footprint_overlap(a.write, b.write)
+            overlap = footprint_overlap(a.write, b.write, same_table=bool(a.identities & b.identities))
             if overlap is None:
                 continue
             evidence = pair_evidence(a, b)

@@ -22,7 +22,7 @@ from ..core.classify import classify
 from ..core.kinds import Classification, ConflictKind, WinningCommit
 from ..core.operations import parse_operation
 from ..core.report import MalformedReport, WriteReport
-from ..policies import XCOM_KEY, log_tail
+from ..policies import XCOM_KEY, ConflictRetryPolicy, log_tail
 
 #: Where every occflow write pushes its report (``OccflowWriteOperator.publish_report``).
 REPORT_XCOM_KEY = "occflow_report"
@@ -84,7 +84,9 @@ class ConflictReport:
                     + (f", partition {self.partition}" if self.partition else "")
                 )
             if self.operation:
-                lines.append(f"  operation:      {self.operation}")
+                lines.append(
+                    f"  operation:      {self.operation}" + (f" (profile {self.profile})" if self.profile else "")
+                )
             lines += [
                 f"  error:          {_indented(self.error)}",
                 "  occflow did not retry it as a conflict; "
@@ -194,7 +196,7 @@ class ConflictNotifier(BaseNotifier):
         exception = context.get("exception")
         ti = context.get("ti")
         report = _own_report(exception, ti)
-        from_policy = _xcom(ti, XCOM_KEY)
+        from_policy = _xcom(ti, XCOM_KEY) or _policy_facts(ti, context)
         classification = self._classification(exception, report, from_policy, ti)
 
         last = None if report is None else report.last_lost
@@ -300,6 +302,17 @@ def _xcom(ti: Any, key: str) -> Mapping[str, Any] | None:
     except Exception:  # noqa: BLE001 - no XCom backend reachable: explain with what we have
         return None
     return value if isinstance(value, Mapping) else None
+
+
+def _policy_facts(ti: Any, context: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """What the task's ``ConflictRetryPolicy`` names (table, operation, profile), when it pushed
+    no classification: the policy pushes one for a conflict only, and Airflow does not ask it
+    at all about an ``AirflowFailException``; the alert still says what the task writes."""
+    task = getattr(ti, "task", None) or context.get("task")
+    policy = getattr(task, "retry_policy", None)
+    if not isinstance(policy, ConflictRetryPolicy):
+        return None
+    return {"table": policy.table, "operation": policy.policy.operation.value, "profile": policy.policy.profile}
 
 
 def _winner(data: Any) -> WinningCommit | None:

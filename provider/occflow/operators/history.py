@@ -82,7 +82,10 @@ def store_history(context: Any, history: WriteHistory | None) -> None:
     if store is None:
         return
     try:
-        store.set(_STATE_KEY, None if history is None else history.to_dict())
+        if history is None:  # Airflow's store refuses None as a value: a settled write deletes
+            store.delete(_STATE_KEY)
+        else:
+            store.set(_STATE_KEY, history.to_dict())
     except Exception:  # noqa: BLE001 - losing the history only loses counts, never data
         return
 

@@ -6,8 +6,11 @@ Three sources, all read-only:
   or waits for which footprint of which table, now;
 - the store's recorded history (``occflow_lease_events``, on when ``OCCFLOW_LEASE_HISTORY=1``):
   when each lease was asked for, granted and let go, so how long a write waited and held it;
-- the write reports every occflow write pushes, committed, failed or skipped (XCom
-  ``occflow_report``, read back as ``core.report.WriteReport``; older runs: ``return_value``):
+- the write reports every occflow write pushes, committed, failed or skipped, also a try that
+  ended before its first attempt (XCom ``occflow_report``, read back as
+  ``core.report.WriteReport``; older runs: ``return_value``), one row per try: an earlier try's
+  report is the copy kept in Airflow's task state store (``tries``), its state Airflow's
+  ``TaskInstanceHistory``:
   attempts, conflicts with their kind and winning commit, wasted seconds, the commit, and the
   seconds from the lease's grant to the first attempt's start (granted but not started). A value
   that claims to be a report and is not one is shown as malformed, never a 500. The value of a
@@ -33,7 +36,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
+from airflow.models.task_state_store import TaskStateStoreModel
 from airflow.models.taskinstance import TaskInstance as TI
+from airflow.models.taskinstancehistory import TaskInstanceHistory as TIH
 from airflow.models.xcom import XComModel
 from sqlalchemy import and_, or_, select
 
@@ -42,6 +47,7 @@ from ..core.report import WriteReport
 from ..leases import LeaseStore, LeaseStoreError
 from .rows import commit_only, read_report, write_row
 from .tables import same_table, table_key, table_name
+from .tries import KEY_PREFIX, stored_value, try_of
 
 #: The XCom keys a write report is under: every end's report, then a committed try's return value.
 REPORT_XCOM_KEYS = ("occflow_report", "return_value")
@@ -51,6 +57,8 @@ WRITE_OPERATORS = ("DeltaWriteOperator", "SparkWriteOperator", "SparkSubmitWrite
 MAX_LIMIT = 1000
 
 Readable = Callable[[str], bool]
+#: A task instance: DAG, run, task, map index.
+TaskKey = tuple[str, str, str, int]
 
 
 @dataclass(frozen=True)
@@ -256,7 +264,7 @@ def airflow_writes(session: Any, readable: Readable, filters: Filters, task: Map
     if task is not None:
         query = query.where(TI.dag_id == task["dag_id"], TI.run_id == task["run_id"], TI.task_id == task["task_id"],
                             TI.map_index == task["map_index"])
-    found: dict[tuple[str, str, str, int], tuple[Any, WriteReport | str | None]] = {}
+    found: dict[TaskKey, tuple[Any, WriteReport | str | None]] = {}
     for ti, stored in session.execute(query):
         if not readable(ti.dag_id):
             continue
@@ -269,8 +277,9 @@ def airflow_writes(session: Any, readable: Readable, filters: Filters, task: Map
         if key in found and (report is None or isinstance(found[key][1], WriteReport)):
             continue  # the first report of a task instance wins (``occflow_report`` before ``return_value``)
         found[key] = (ti, report)
+    tries = _with_earlier_tries(session, found)
     rows = []
-    for ti, report in found.values():
+    for ti, report in tries:
         if report is None and ti.operator not in WRITE_OPERATORS:
             continue  # some other task's return value
         if isinstance(report, WriteReport) and not filters.wants_table(report.table):
@@ -283,6 +292,46 @@ def airflow_writes(session: Any, readable: Readable, filters: Filters, task: Map
                 commit_only(attempt)
         rows.append(row)
     return rows
+
+
+def _with_earlier_tries(
+    session: Any, found: Mapping[TaskKey, tuple[Any, WriteReport | str | None]]
+) -> list[tuple[Any, WriteReport | str | None]]:
+    """Every try of the found task instances, each with its own report: the current try's from
+    XCom (else the kept copy), the earlier tries' (Airflow's ``TaskInstanceHistory``) from the
+    copies ``tries.ReportKeeper`` kept in the task state store (Airflow cleared their XComs)."""
+    if not found:
+        return []
+    dag_ids = {k[0] for k in found}
+    run_ids = {k[1] for k in found}
+    kept: dict[tuple[TaskKey, int], WriteReport | str | None] = {}
+    stored = session.execute(
+        select(TaskStateStoreModel.dag_id, TaskStateStoreModel.run_id, TaskStateStoreModel.task_id,
+               TaskStateStoreModel.map_index, TaskStateStoreModel.key, TaskStateStoreModel.value)
+        .where(TaskStateStoreModel.key.startswith(KEY_PREFIX, autoescape=True),
+               TaskStateStoreModel.dag_id.in_(dag_ids), TaskStateStoreModel.run_id.in_(run_ids))
+        .limit(MAX_LIMIT * 8)
+    )
+    for dag_id, run_id, task_id, map_index, key, value in stored:
+        number = try_of(key)
+        if number is not None and (dag_id, run_id, task_id, map_index) in found:
+            kept[((dag_id, run_id, task_id, map_index), number)] = read_report(stored_value(value))
+    out: list[tuple[Any, WriteReport | str | None]] = []
+    for key, (ti, report) in found.items():
+        out.append((ti, report if report is not None else kept.get((key, ti.try_number))))
+    earlier = session.scalars(
+        select(TIH)
+        .where(TIH.dag_id.in_(dag_ids), TIH.run_id.in_(run_ids))
+        .order_by(TIH.start_date.desc().nulls_last())
+        .limit(MAX_LIMIT * 4)
+    )
+    for tih in earlier:
+        key = (tih.dag_id, tih.run_id, tih.task_id, tih.map_index)
+        current = found.get(key)
+        if current is None or tih.try_number >= current[0].try_number:
+            continue  # another task's try, or the current try itself
+        out.append((tih, kept.get((key, tih.try_number))))
+    return out
 
 
 @dataclass(frozen=True)
@@ -397,9 +446,12 @@ def _totals(writes: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "committed": sum(1 for w in writes if w.get("committed")),
         "failed": sum(1 for w in writes if w.get("status") == "failed"),
         "skipped": sum(1 for w in writes if w.get("status") == "skipped"),
+        # Tries that ended before their first attempt (invalid declaration, admission, start-up).
+        "refused": sum(1 for w in writes if w.get("refused")),
         "malformed": sum(1 for w in writes if w.get("malformed")),
         "attempts": sum(int(w["attempts"] or 0) for w in writes),
         "conflicts": sum(int(w.get("conflict_count") or 0) for w in writes),
+        "failures": sum(int(w.get("failure_count") or 0) for w in writes),
         "wasted_seconds": round(sum(float(w["wasted_seconds"] or 0.0) for w in writes), 3),
         "grant_to_start_seconds": None if not timed else round(sum(timed), 3),
     }

@@ -1,7 +1,13 @@
-"""One write task instance as a row of the "Table writes" view: its report read back
+"""One try of a write task instance as a row of the "Table writes" view: its report read back
 (``core.report.WriteReport``; a value that claims to be a report and is not one is named as
-malformed), its lost attempts (the first ``ATTEMPTS_FIRST`` and last ``ATTEMPTS_LAST``, and how many
-lie between), and engine texts with the values of secret settings hidden (``core.secrets``)."""
+malformed), why it did not commit (``reason``: the engine's error, or why it ended before its
+first attempt), its failed attempts (the first ``ATTEMPTS_FIRST`` and last ``ATTEMPTS_LAST``, and how
+many lie between), and engine texts with the values of secret settings hidden (``core.secrets``).
+
+An attempt is ``lost`` only when it lost a write conflict; one that failed for any other reason
+(``not_a_conflict``: a bug, a missing file) is ``failed``, and one aborted before its commit
+because its lease was not live is ``aborted``. A try without a report (killed, or from before
+every end published one) takes its status from Airflow's state, so it counts in the totals."""
 
 from __future__ import annotations
 
@@ -56,15 +62,22 @@ def _attempts(report: WriteReport) -> list[dict[str, Any]]:
             "winning_commit": None if lost.winner is None else lost.winner.to_dict(),
             "seconds": lost.seconds,
             "action": lost.action.value,
+            "outcome": "lost" if lost.is_conflict else "failed",
             "reason": _shown(lost.reason or lost.decision_reason),
+            "error": _shown(lost.error) or None,
         }
         for lost in report.lost
     ]
     for loss in report.lease_lost:
         rows.append({"attempt": loss.attempt, "kind": "lease_lost", "winner": None, "winner_task": None,
                      "winner_dag": None, "winner_run": None, "winning_commit": None, "seconds": None,
-                     "action": "reschedule", "reason": _shown(loss.reason)})
+                     "action": "reschedule", "outcome": "aborted", "reason": _shown(loss.reason), "error": None})
     return sorted(rows, key=lambda r: r["attempt"])
+
+
+def _last_error(report: WriteReport) -> str | None:
+    last = report.last_lost
+    return None if last is None else (last.error or last.decision_reason or None)
 
 
 def _bounded(attempts: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
@@ -79,7 +92,14 @@ def _is_conflict(attempt: Mapping[str, Any]) -> bool:
     return attempt["kind"] not in (None, "lease_lost", "not_a_conflict")
 
 
+#: Airflow's end states of a try without a report, as the report's status would say them.
+_STATUS_OF_STATE = {"failed": "failed", "upstream_failed": "failed", "up_for_retry": "failed",
+                    "skipped": "skipped", "up_for_reschedule": "rescheduled"}
+
+
 def write_row(ti: Any, report: WriteReport | str | None) -> dict[str, Any]:
+    """The row of one try: ``ti`` is a task instance or one of its earlier tries (Airflow's
+    ``TaskInstanceHistory``), ``report`` what that try reported (``read_report``)."""
     state = getattr(ti.state, "value", ti.state)
     row: dict[str, Any] = {
         "kind": "write",
@@ -98,10 +118,13 @@ def write_row(ti: Any, report: WriteReport | str | None) -> dict[str, Any]:
         "lease": None,
     }
     if not isinstance(report, WriteReport):
-        row.update(table=None, table_key=None, operation=None, partitions=None, committed=None, status=None, version=None,
-                   snapshot_id=None, attempts=None, conflicts=[], wasted_seconds=None, fence=None, engine=None,
-                   rows=None, error=None, grant_to_start_seconds=None, conflict_count=0,
-                   conflicts_left_out=0)
+        # No report to read: Airflow's own state says how the try ended (a killed task, or a try
+        # from before every end published a report), so it still counts in the totals.
+        row.update(table=None, table_key=None, operation=None, partitions=None, committed=None,
+                   status=_STATUS_OF_STATE.get(str(state)), version=None, snapshot_id=None, attempts=None,
+                   conflicts=[], wasted_seconds=None, fence=None, engine=None, rows=None, error=None,
+                   reason=None, refused=False, grant_to_start_seconds=None, conflict_count=0,
+                   failure_count=0, conflicts_left_out=0)
         return row
     attempts = _attempts(report)
     shown, left_out = _bounded(attempts)
@@ -119,11 +142,17 @@ def write_row(ti: Any, report: WriteReport | str | None) -> dict[str, Any]:
         # Lost attempts not in ``conflicts`` (they lie after its first ``ATTEMPTS_FIRST``).
         conflicts_left_out=left_out,
         conflict_count=sum(1 for a in attempts if _is_conflict(a)),
+        # Attempts that failed without a conflict: failures, never counted as conflicts lost.
+        failure_count=sum(1 for a in attempts if a["outcome"] == "failed"),
         wasted_seconds=round(report.wasted_seconds, 3),
         fence=report.fence,
         engine=report.engine,
         rows=report.rows,
         error=_shown(report.error),
+        # Why the try did not commit, in the row itself (not only in the task log): the engine's
+        # error, or what ended it before its first attempt (an invalid declaration, admission).
+        reason=None if report.committed else _shown(report.error or _last_error(report)),
+        refused=report.attempts == 0 and not report.committed,
         # How long the lease was held before the write's first attempt started (admission's cost).
         grant_to_start_seconds=report.grant_to_start_seconds,
     )
