@@ -60,7 +60,7 @@ with DAG("alert_policy_fields", schedule=None):
 
 def test_the_text_of_an_alert_that_is_not_a_conflict_names_the_profile():
     from occflow.core.kinds import ConflictKind
-    from occflow.notifications.conflict import ConflictReport
+    from occflow.notifications.alert import ConflictReport
 
     text = ConflictReport(task="d.t", kind=ConflictKind.NOT_A_CONFLICT, error="boom", table="lake.events",
                           operation="merge", profile="delta-rs").text()

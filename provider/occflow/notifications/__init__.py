@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
-from .conflict import ConflictNotifier, ConflictReport
+from .alert import ConflictReport
+from .conflict import ConflictNotifier
 
 __all__ = ["ConflictNotifier", "ConflictReport"]
