@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..core.errors import OccflowError
+from ..hooks.spark import default_delta_location
 from ..lint.baseline import read_baseline, write_baseline
 from ..lint.config import load_config
 from ..lint.dagscan import ScannedFolder, scan_dag_folder
@@ -59,10 +60,6 @@ def name_location(table: str) -> str | None:
     """Where ``DeltaWriteOperator`` writes ``table`` when given no ``path``: under the warehouse
     of ``$OCCFLOW_HOME`` (``default_delta_location``), symlinks resolved as the operator resolves
     them; ``None`` for a name that leads nowhere there (a template, a name outside the root)."""
-    # The hook module imports Airflow and pydantic: loaded only when a hand-made Delta declaration
-    # needs locating (the DAG files themselves are read in a child process).
-    from ..hooks.spark import default_delta_location
-
     try:
         return str(Path(default_delta_location(table)).resolve())
     except (OccflowError, OSError):

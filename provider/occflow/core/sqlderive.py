@@ -18,6 +18,10 @@ literal destination joins the footprint, any other value is the whole table. Wha
 read is refused, never guessed narrow. How much of an UPDATE, DELETE or REPLACE WHERE condition
 confines the files the engine rewrites depends on the engine (``core.sqlfilefinding``: on
 delta-rs only the conjuncts delta-kernel translates).
+
+A literal names the partition value the engine casts it to for the column's type
+(``column_types``; ``core.partvalues``, issue 33): ``p = '07'`` on an INT column is ``p=7``. Without
+the types a quoted string names every value it may on any type (``'07'``: ``07`` and ``7``).
 """
 
 from __future__ import annotations
@@ -31,9 +35,10 @@ import sqlglot
 from sqlglot import exp
 
 from .declaration import WriteDeclaration, partition_key
-from .errors import InvalidDeclarationError
-from .identifiers import unquoted_parts
+from .errors import InvalidDeclarationError, InvalidFootprintError
+from .identifiers import canonical_value, unquoted_parts
 from .operations import Operation
+from .partvalues import CastRules, ColumnType, ColumnTyping, Named, untyped_text_value
 from .ranges import canonical_spec_value, spec_json, value_within
 from .sqlfilefinding import confine_to_found_files, file_finding
 from .sqlmerge import read_merge
@@ -108,26 +113,38 @@ class DerivedWrite:
 
 
 def derive_write(
-    sql: str | Sequence[str], partition_columns: Sequence[str] | None, engine: str | None = None
+    sql: str | Sequence[str],
+    partition_columns: Sequence[str] | None,
+    engine: str | None = None,
+    *,
+    column_types: Mapping[str, str | ColumnType] | None = None,
 ) -> DerivedWrite:
     """The declaration a SQL job implies on a table partitioned by ``partition_columns``
     (``None``: unknown; the operation and reads are still derived, partitions are not), run by
     ``engine`` (``core.tablefacts.ENGINES``; ``None``: not named, read as the engine whose
-    footprint is widest, ``core.sqlfilefinding``)."""
+    footprint is widest, ``core.sqlfilefinding``). ``column_types`` maps partition columns to
+    their types as the engine names them (``{"p": "int", "ds": "date"}``): a literal is then the
+    value the engine casts it to (``core.partvalues``); a column without a type is read without
+    guessing one."""
     text, allow_settings = job_text(sql)
-    return derive_sql_write(read_sql_write(text, allow_settings), partition_columns, engine)
+    return derive_sql_write(read_sql_write(text, allow_settings), partition_columns, engine, column_types=column_types)
 
 
 def derive_sql_write(
-    found: SqlWrite, partition_columns: Sequence[str] | None, engine: str | None = None
+    found: SqlWrite,
+    partition_columns: Sequence[str] | None,
+    engine: str | None = None,
+    *,
+    column_types: Mapping[str, str | ColumnType] | None = None,
 ) -> DerivedWrite:
     """``derive_write`` for a statement ``read_sql_write`` has already read."""
     columns = _columns(partition_columns)
     file_finding(engine)  # an unknown engine is refused whatever the statement
+    typing = ColumnTyping.of(column_types, engine)
     try:
-        reading = _read_statement(found, columns)
+        reading = _read_statement(found, columns, typing)
         confine_to_found_files(reading, engine, columns or {})
-        partitions, why, ranges = _partitions(reading, columns)
+        partitions, why, ranges = _partitions(reading, columns, typing)
     except RecursionError:
         raise nested_too_deeply(f"statement {shorten(found.statement)!r}") from None
     return DerivedWrite(
@@ -155,7 +172,7 @@ def _columns(partition_columns: Sequence[str] | None) -> dict[str, str] | None:
     return out
 
 
-def _read_statement(found: SqlWrite, columns: dict[str, str] | None) -> Reading:
+def _read_statement(found: SqlWrite, columns: dict[str, str] | None, typing: ColumnTyping) -> Reading:
     if found.operation is Operation.UPGRADE_PROTOCOL:
         why = "REORG ... APPLY (UPGRADE ...) changes the table's protocol: it conflicts with every ongoing operation (spec 004)"
         return Reading(found.operation, False, [why], whole=why)
@@ -163,27 +180,29 @@ def _read_statement(found: SqlWrite, columns: dict[str, str] | None) -> Reading:
         return _command(found)
     tree = parse_statement(found.statement, f"statement {shorten(found.statement)!r}")
     if isinstance(tree, exp.Insert):
-        return _insert(found, tree)
+        return _insert(found, tree, typing)
     if isinstance(tree, exp.Merge):
-        return read_merge(found, tree, columns or {})
+        return read_merge(found, tree, columns or {}, typing)
     if isinstance(tree, (exp.Update, exp.Delete)):
-        return _update_or_delete(found, tree, columns or {})
+        return _update_or_delete(found, tree, columns or {}, typing)
     if isinstance(tree, exp.TruncateTable):
         target = tree.expressions[0]
-        static = _static_spec(tree.args.get("partition"))
+        static, unkeyed = _static_spec(tree.args.get("partition"), typing)
         reading = Reading(found.operation, True, [], static=static, label="the PARTITION clause")
         if static is None:
-            reading.whole = "TRUNCATE TABLE without a PARTITION clause empties the whole table"
+            reading.whole = unkeyed or "TRUNCATE TABLE without a PARTITION clause empties the whole table"
         return with_target_reads(reading, tree, target, found.table)
     why = f"{found.operation.value} ({first_keyword(found.statement)} TABLE) changes the table's metadata: the whole table"
     return Reading(found.operation, found.operation.reads_table, [why], whole=why)
 
 
-def _insert(found: SqlWrite, tree: exp.Insert) -> Reading:
+def _insert(found: SqlWrite, tree: exp.Insert, typing: ColumnTyping) -> Reading:
     target = tree.this.this if isinstance(tree.this, exp.Schema) else tree.this
-    static = _static_spec(target.args.get("partition"))
+    static, unkeyed = _static_spec(target.args.get("partition"), typing)
     reading = Reading(found.operation, found.operation.reads_table, [], static=static, label="the PARTITION clause")
-    if tree.args.get("where") is not None:
+    if unkeyed is not None:
+        reading.whole = unkeyed
+    elif tree.args.get("where") is not None:
         reading.condition, reading.label = tree.args["where"], "REPLACE WHERE"
         reading.finds_files = True
         reading.qualifiers = target_names(target)
@@ -200,7 +219,9 @@ def _insert(found: SqlWrite, tree: exp.Insert) -> Reading:
     return with_target_reads(reading, tree, target, found.table)
 
 
-def _update_or_delete(found: SqlWrite, tree: exp.Update | exp.Delete, columns: dict[str, str]) -> Reading:
+def _update_or_delete(
+    found: SqlWrite, tree: exp.Update | exp.Delete, columns: dict[str, str], typing: ColumnTyping
+) -> Reading:
     where = tree.args.get("where")
     verb = "UPDATE" if isinstance(tree, exp.Update) else "DELETE"
     reading = Reading(found.operation, True, [], qualifiers=target_names(tree.this), label=f"{verb} WHERE", finds_files=True)
@@ -214,7 +235,7 @@ def _update_or_delete(found: SqlWrite, tree: exp.Update | exp.Delete, columns: d
         def same(column: str, value: exp.Expr) -> bool:
             return is_column(value, column, qualifiers, bare=True)
 
-        moves, whole = assignments(tree.expressions, columns, "UPDATE SET", same)
+        moves, whole = assignments(tree.expressions, columns, "UPDATE SET", same, typing=typing)
         if whole is not None:
             reading.anywhere.append(f"{whole}: the whole table")
         elif moves:
@@ -222,17 +243,26 @@ def _update_or_delete(found: SqlWrite, tree: exp.Update | exp.Delete, columns: d
     return with_target_reads(reading, tree, tree.this, found.table)
 
 
-def _static_spec(partition: exp.Expr | None) -> Spec | None:
-    """``PARTITION (ds = '2024-01-01', hr)``: the static values (``hr`` is dynamic)."""
+def _static_spec(partition: exp.Expr | None, typing: ColumnTyping) -> tuple[Spec | None, str | None]:
+    """``PARTITION (ds = '2024-01-01', hr)``: the static values (``hr`` is dynamic), and why
+    the clause names no one partition (a value the engine casts to NULL or decides)."""
     if not isinstance(partition, exp.Partition):
-        return None
+        return None, None
     spec: Spec = {}
     for item in partition.expressions:
         if isinstance(item, exp.EQ) and isinstance(item.this, exp.Column):
-            literal = read_literal(item.this.name, item.expression)
-            if literal is not None and literal.value is not None:
+            literal = read_literal(item.this.name, item.expression, typing)
+            if literal is None:
+                continue
+            if literal.value is not None:
                 spec[item.this.name.lower()] = literal.value
-    return spec or None
+                continue
+            what = literal.anywhere or (
+                "the engine casts the value to NULL, a partition no key names" if literal.nothing
+                else f"the value is {' or '.join(literal.values)} as the engine in force casts it"
+            )
+            return None, f"PARTITION ({item.sql(dialect=DIALECT)}): {what}: the whole table"
+    return spec or None, None
 
 
 def _command(found: SqlWrite) -> Reading:
@@ -283,7 +313,7 @@ def _call_where(tokens: list[sqlglot.Token]) -> str | None:
 
 
 def _partitions(
-    reading: Reading, columns: dict[str, str] | None
+    reading: Reading, columns: dict[str, str] | None, typing: ColumnTyping
 ) -> tuple[tuple[Mapping[str, Any], ...] | None, list[str], dict[str, Any]]:
     """The partition specs (``None``: the whole table), the reasons, the other columns' ranges."""
     if reading.whole is not None:
@@ -293,7 +323,7 @@ def _partitions(
         if reading.static:
             return (dict(reading.static),), ["the static PARTITION clause names the partition"], {}
         return None, ["the table's partition columns are unknown: partitions not derived (the whole table)"], {}
-    scope = ColumnScope(columns, reading.qualifiers, reading.bare)
+    scope = ColumnScope(columns, reading.qualifiers, reading.bare, typing=typing)
     why: list[str] = []
     try:
         specs = both(static, read_condition(reading.condition, scope) if reading.condition is not None else [{}])
@@ -390,9 +420,25 @@ def _covers(declared: Mapping[str, Any], spec: Mapping[str, Any], templated: boo
     for column, value in declared.items():
         if column.lower() not in mine:
             return False
-        if not templated and not value_within(mine[column.lower()], canonical_spec_value(column, value)):
+        if not templated and not any(value_within(mine[column.lower()], v) for v in _declared_values(column, value)):
             return False
     return True
+
+
+def _declared_values(column: str, value: Any) -> list[Any]:
+    """What a declared value names when the column's type is not known: a text names what the
+    same quoted literal in the SQL names (``"1"`` is ``1`` or, on a BOOLEAN column, ``true``), so
+    a declaration and a condition that spell one literal agree whatever the type."""
+    spelled = canonical_spec_value(column, value)
+    if not isinstance(value, str):
+        return [spelled]
+    typed = untyped_text_value(value, tuple(CastRules))
+    if not isinstance(typed, Named):
+        return [spelled]
+    try:
+        return [spelled, *(canonical_value(column, key) for key in typed.keys)]
+    except InvalidFootprintError:
+        return [spelled]
 
 
 def _uncovered(derived: DerivedWrite, spec: Mapping[str, Any], shown: str, reads_whole_table: bool) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from .errors import InvalidDeclarationError
+from .partvalues import UNTYPED, ColumnTyping
 from .sqlpredicates import Spec, read_literal
 from .sqlread import SqlWrite
 from .sqlreading import (
@@ -22,7 +23,9 @@ from .sqlreading import (
 )
 
 
-def read_merge(found: SqlWrite, tree: exp.Merge, columns: dict[str, str]) -> Reading:
+def read_merge(
+    found: SqlWrite, tree: exp.Merge, columns: dict[str, str], typing: ColumnTyping = UNTYPED
+) -> Reading:
     target, source = tree.this, tree.args.get("using")
     qualifiers = target_names(target)
     reading = Reading(found.operation, True, [], condition=tree.args.get("on"), label="MERGE ON", bare=False)
@@ -34,11 +37,13 @@ def read_merge(found: SqlWrite, tree: exp.Merge, columns: dict[str, str]) -> Rea
         qualifiers = frozenset()
     reading.qualifiers = qualifiers
     if columns:
-        _merge_clauses(reading, tree, columns, source_name)
+        _merge_clauses(reading, tree, columns, source_name, typing)
     return with_target_reads(reading, tree, target, found.table)
 
 
-def _merge_clauses(reading: Reading, tree: exp.Merge, columns: dict[str, str], source_name: str) -> None:
+def _merge_clauses(
+    reading: Reading, tree: exp.Merge, columns: dict[str, str], source_name: str, typing: ColumnTyping
+) -> None:
     """What each WHEN clause adds to ON's partitions (issue 23): a MATCHED UPDATE's literal
     destinations, a NOT MATCHED INSERT's literal partition; a NOT MATCHED BY SOURCE clause or a
     value the data decides makes the whole table."""
@@ -71,7 +76,7 @@ def _merge_clauses(reading: Reading, tree: exp.Merge, columns: dict[str, str], s
                 return isinstance(value, exp.Column) and (column, column_key(value)) in equal
 
             assigned = then.expressions if isinstance(then, exp.Update) else []
-            moves, whole = assignments(assigned, columns, label, same, source_name)
+            moves, whole = assignments(assigned, columns, label, same, source_name, typing)
             if whole is not None:
                 reading.anywhere.append(f"{whole}: the whole table")
             elif moves:
@@ -79,7 +84,7 @@ def _merge_clauses(reading: Reading, tree: exp.Merge, columns: dict[str, str], s
             continue
         if not isinstance(then, exp.Insert):
             raise InvalidDeclarationError(f"{label} THEN {short(then)}: cannot be read (INSERT ...)")
-        spec, whole = _inserted(then, columns, label)
+        spec, whole = _inserted(then, columns, label, typing)
         if whole is not None:
             reading.anywhere.append(f"{whole}: the whole table")
         else:
@@ -104,7 +109,9 @@ def _when_label(when: exp.When) -> str:
     return "WHEN NOT MATCHED BY SOURCE" if when.args.get("source") else "WHEN NOT MATCHED"
 
 
-def _inserted(insert: exp.Insert, columns: dict[str, str], label: str) -> tuple[Spec, str | None]:
+def _inserted(
+    insert: exp.Insert, columns: dict[str, str], label: str, typing: ColumnTyping
+) -> tuple[Spec, str | None]:
     """The partition a MERGE's ``INSERT (cols) VALUES (vals)`` writes (literal values), or why
     its rows may land anywhere (``INSERT *``, a value from the data, a partition column left out:
     it may be generated from the data)."""
@@ -139,11 +146,12 @@ def _inserted(insert: exp.Insert, columns: dict[str, str], label: str) -> tuple[
                 f"{label} THEN INSERT gives no value for partition column {column} (its default or generated "
                 "value comes from the data): its rows land in any partition"
             )
-        literal = read_literal(column, given[lowered])
+        literal = read_literal(column, given[lowered], typing)
         if literal is None or literal.value is None:
+            typed = "" if literal is None else f" ({literal.anywhere or 'NULL, or a value the engine in force decides'})"
             return (
                 {},
-                f"{label} THEN INSERT takes {column} from {short(given[lowered])}: "
+                f"{label} THEN INSERT takes {column} from {short(given[lowered])}{typed}: "
                 "its rows land in any partition",
             )
         spec[column] = literal.value

@@ -8,9 +8,14 @@ columns) may hold for any partition, so it constrains nothing, whatever ``NOT`` 
 it: the reading is a superset of the truth, and each part it could not read is named in
 ``notes``.
 
-A literal names a partition value as a declaration does (``core.identifiers.canonical_value``:
-``1``, ``1.0`` and ``'1'`` are one value). A bound of ``<``, ``>`` or ``BETWEEN`` is read only
-when its order does not depend on the column's type: a number, a date (``DATE '2024-01-01'``,
+A literal names the partition value the engine casts it to (``core.partvalues``): on a column
+whose type is known, ``p = '07'`` on an INT column is ``p=7``, ``hh = 7`` on a STRING column is
+any partition (Spark casts the column), and a literal every engine in force refuses is an error.
+On a column of unknown type a quoted string names every value it may on any type (``'07'``:
+``07`` or ``7``), and a number, a boolean or a date names itself as a declaration does
+(``core.identifiers.canonical_value``: ``1``, ``1.0`` and ``'1'`` are one value). A bound of
+``<``, ``>`` or ``BETWEEN`` is read only when its order does not depend on the column's type: a
+known INT, DECIMAL or DATE column, or else a number, a date (``DATE '2024-01-01'``,
 ``'2024-01-01'``) or a text that starts with a letter; ``ds > '2024-1-5'`` or ``n < '10'``
 compare differently on a date, a number and a text column, so they constrain nothing.
 """
@@ -24,8 +29,21 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from .errors import InvalidFootprintError
+from .errors import InvalidDeclarationError, InvalidFootprintError
 from .identifiers import canonical_value
+from .partvalues import (
+    UNTYPED,
+    Anywhere,
+    CastRules,
+    ColumnType,
+    ColumnTyping,
+    LiteralKind,
+    Named,
+    Refused,
+    SqlLiteral,
+    partition_value,
+    untyped_text_value,
+)
 from .ranges import ValueRange, canonical_spec_value
 
 #: A conjunction: a column -> one value or a range; ``{}`` holds for every partition.
@@ -45,11 +63,26 @@ class TooManySpecs(Exception):
 
 @dataclass(frozen=True)
 class Literal:
-    """A literal as a partition value (``None`` when no partition value is spelled so) and
-    whether its order is the same for every column type (see the module docstring)."""
+    """A literal as the partition values it may name (``values``; ``()``: none, the engine casts
+    it to NULL), whether their order is the engine's (see the module docstring), and why it may
+    name any partition (``anywhere``; then ``values`` is empty)."""
 
-    value: str | None
+    values: tuple[str, ...]
     ordered: bool
+    anywhere: str | None = None
+    #: Spark with ANSI off compares ``IN`` a list of strings as text (``CAST(p AS STRING)``): the
+    #: literal is that value's text too, so ``NOT IN`` excludes just the value.
+    in_list_exact: bool = True
+
+    @property
+    def value(self) -> str | None:
+        """The one value it names, else ``None`` (none, several, or any)."""
+        return self.values[0] if len(self.values) == 1 and self.anywhere is None else None
+
+    @property
+    def nothing(self) -> bool:
+        """It names no partition: a comparison with it holds for no row, negated or not."""
+        return not self.values and self.anywhere is None
 
 
 @dataclass
@@ -65,6 +98,7 @@ class ColumnScope:
     qualifiers: frozenset[str]
     bare: bool
     notes: list[str] = field(default_factory=list)
+    typing: ColumnTyping = UNTYPED
 
     def column(self, node: exp.Expr) -> str | None:
         if not isinstance(node, exp.Column) or not isinstance(node.this, exp.Identifier):
@@ -164,16 +198,18 @@ def _comparison(node: exp.Expr, scope: ColumnScope, negated: bool) -> list[Spec]
         column, other, kind = scope.column(node.expression), node.this, _FLIP[kind]
     if column is None:
         return scope.unread(node, "compares no partition column of the target with a literal")
-    literal = read_literal(column, other)
-    if literal is None or literal.value is None:
-        return scope.unread(node, "the other side is not a literal a partition value can be")
+    literal = read_literal(column, other, scope.typing)
+    if literal is None or literal.anywhere is not None:
+        return scope.unread(node, _not_a_value(literal))
+    if literal.nothing:
+        return []  # the engine casts the literal to NULL: true for no row, negated or not
     if negated:
         kind = _NEGATE[kind]
-    value = literal.value
     if kind is exp.EQ:
-        return [{column: value}]
-    if not literal.ordered:
-        return scope.unread(node, f"{value!r} orders differently on a date, a number and a text column")
+        return [{column: value} for value in literal.values]
+    value = literal.value
+    if value is None or not literal.ordered:
+        return scope.unread(node, f"{other.sql(dialect='spark')} orders differently on a date, a number and a text column")
     if kind is exp.NEQ:
         return [{column: ValueRange(upper=value, upper_inclusive=False)}, {column: ValueRange(value, False)}]
     make: dict[type[exp.Expr], Callable[[], ValueRange]] = {
@@ -185,22 +221,39 @@ def _comparison(node: exp.Expr, scope: ColumnScope, negated: bool) -> list[Spec]
     return [{column: make[kind]()}]
 
 
+def _not_a_value(literal: Literal | None) -> str:
+    if literal is not None and literal.anywhere:
+        return literal.anywhere
+    return "the other side is not a literal a partition value can be"
+
+
 def _in(node: exp.In, scope: ColumnScope, negated: bool) -> list[Spec]:
     column = scope.column(node.this)
     if column is None or node.args.get("query") is not None or node.args.get("unnest") is not None:
         return scope.unread(node, "not a partition column IN a list of literals")
-    literals = [read_literal(column, e) for e in node.expressions]
-    values = [lit for lit in literals if lit is not None and lit.value is not None]
-    if len(values) != len(literals) or not values:
-        return scope.unread(node, "a value in the list is not a literal a partition value can be")
+    literals = [read_literal(column, e, scope.typing) for e in node.expressions]
+    if not literals or any(lit is None or lit.anywhere is not None for lit in literals):
+        unreadable = next((lit for lit in literals if lit is not None and lit.anywhere), None)
+        why = unreadable.anywhere if unreadable is not None else "a value in the list is not a literal a partition value can be"
+        return scope.unread(node, str(why))
+    named = [lit for lit in literals if lit is not None and not lit.nothing]
     if not negated:
-        return [{column: str(lit.value)} for lit in values]
-    out: list[Spec] = [{}]
-    for value in values:  # NOT IN (a, b) = (< a OR > a) AND (< b OR > b)
-        if not value.ordered:
-            return scope.unread(node, f"{value.value!r} orders differently on a date, a number and a text column")
-        out = both(out, [{column: ValueRange(upper=value.value, upper_inclusive=False)},
-                         {column: ValueRange(value.value, False)}])
+        out: list[Spec] = []
+        for lit in named:
+            out.extend({column: v} for v in lit.values if {column: v} not in out)
+        return out
+    if len(named) != len(literals):
+        return []  # NOT IN a list holding NULL is never true
+    out = [{}]
+    for value in named:  # NOT IN (a, b) = (< a OR > a) AND (< b OR > b)
+        single = value.value
+        if single is not None and not value.in_list_exact:
+            return scope.unread(node, f"{single!r} is compared as text by Spark with ANSI off (IN casts {column} to STRING), "
+                                      "and the text differs from its value's")
+        if single is None or not value.ordered:
+            return scope.unread(node, f"{', '.join(value.values)} orders differently on a date, a number and a text column")
+        out = both(out, [{column: ValueRange(upper=single, upper_inclusive=False)},
+                         {column: ValueRange(single, False)}])
     return out
 
 
@@ -208,7 +261,10 @@ def _between(node: exp.Between, scope: ColumnScope, negated: bool) -> list[Spec]
     column = scope.column(node.this)
     if column is None:
         return scope.unread(node, "not a partition column BETWEEN two literals")
-    low, high = read_literal(column, node.args["low"]), read_literal(column, node.args["high"])
+    low = read_literal(column, node.args["low"], scope.typing)
+    high = read_literal(column, node.args["high"], scope.typing)
+    if (low is not None and low.nothing) or (high is not None and high.nothing):
+        return []  # a bound the engine casts to NULL: true for no row, negated or not
     lower = low.value if low is not None and low.ordered else None
     upper = high.value if high is not None and high.ordered else None
     if negated:
@@ -223,40 +279,82 @@ def _between(node: exp.Between, scope: ColumnScope, negated: bool) -> list[Spec]
     return [] if value.is_empty() else [{column: canonical_spec_value(column, value)}]
 
 
-def read_literal(column: str, node: exp.Expr) -> Literal | None:
-    """A literal's partition value: a string, a number (``-2.5``), ``TRUE``, ``DATE 'x'`` or
-    ``CAST('x' AS DATE)``; ``None`` for anything else (``NULL``, an expression, a timestamp)."""
+def read_literal(column: str, node: exp.Expr, typing: ColumnTyping = UNTYPED) -> Literal | None:
+    """A literal's partition values: a string, a number (``-2.5``), ``TRUE``, ``DATE 'x'`` or
+    ``CAST('x' AS DATE)``, cast as the engines in ``typing`` cast it to ``column``'s type;
+    ``None`` for anything else (``NULL``, an expression, a timestamp). A literal every engine
+    in force refuses for the column's type is an error (``InvalidDeclarationError``)."""
+    written = sql_literal(node)
+    if written is None:
+        return None
+    kind = typing.type_of(column)
+    if kind is None and written.kind is not LiteralKind.STRING:
+        return _untyped(column, written)
+    if kind is None:
+        typed = untyped_text_value(written.text, typing.rules)
+        ordered = _text_ordered(written.text)
+    else:
+        typed = partition_value(written, kind, typing.rules)
+        ordered = typing.ordered(column) or (kind is ColumnType.STRING and _text_ordered(written.text))
+    if isinstance(typed, Refused):
+        raise InvalidDeclarationError(
+            f"{column} compared with {node.sql(dialect='spark')}: {typed.why}; the engine refuses the statement. "
+            f"Write a literal of the column's type{f' ({kind.value.upper()})' if kind else ''}"
+        )
+    if isinstance(typed, Anywhere):
+        return Literal((), False, typed.why)
+    assert isinstance(typed, Named)
+    try:
+        values = tuple(dict.fromkeys(canonical_value(column, key) for key in typed.keys))
+    except InvalidFootprintError:
+        return Literal((), False, "no partition value is spelled so ('/' or a control character, or a time of day)")
+    if written.kind is LiteralKind.STRING and kind in (None, ColumnType.STRING):
+        ordered = ordered and values == (written.text,)
+    as_text = kind in (ColumnType.INTEGRAL, ColumnType.DATE) and values == (written.text,)
+    exact = written.kind is not LiteralKind.STRING or kind in (None, ColumnType.STRING) or as_text \
+        or CastRules.SPARK not in typing.rules
+    return Literal(values, ordered and len(values) == 1, in_list_exact=exact)
+
+
+def sql_literal(node: exp.Expr) -> SqlLiteral | None:
+    """The literal ``node`` writes, or ``None`` for anything else."""
     if isinstance(node, exp.Paren):
-        return read_literal(column, node.this)
+        return sql_literal(node.this)
     if isinstance(node, exp.Boolean):
-        return Literal("true" if node.this else "false", False)
+        return SqlLiteral(LiteralKind.BOOLEAN, "true" if node.this else "false")
     if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string:
-        return _number(column, "-" + node.this.name)
+        return _number_literal("-" + node.this.name)
     if isinstance(node, exp.Cast) and isinstance(node.this, exp.Literal) and node.this.is_string:
         text = node.this.name
         is_date = node.to.this is exp.DataType.Type.DATE and _ISO_DATE_RE.fullmatch(text)
-        return Literal(text, True) if is_date else None
+        return SqlLiteral(LiteralKind.DATE, text) if is_date else None
     if not isinstance(node, exp.Literal):
         return None
     if not node.is_string:
-        return _number(column, node.name)
-    text = node.name
-    try:
-        value = canonical_value(column, text)
-    except InvalidFootprintError:
-        return Literal(None, False)  # '/' or a control character: no partition value is spelled so
-    ordered = bool(_ISO_DATE_RE.fullmatch(text)) or (text[:1].isalpha() and text.lower() not in _NOT_ORDERED)
-    return Literal(value, ordered and value == text)
+        return _number_literal(node.name)
+    return SqlLiteral(LiteralKind.STRING, node.name)
 
 
-def _number(column: str, text: str) -> Literal | None:
+def _number_literal(text: str) -> SqlLiteral | None:
     try:
         number = decimal.Decimal(text)
     except decimal.InvalidOperation:
         return None
-    if not number.is_finite():
-        return None
-    return Literal(canonical_value(column, number), True)
+    return SqlLiteral(LiteralKind.NUMBER, text) if number.is_finite() else None
+
+
+def _text_ordered(text: str) -> bool:
+    return bool(_ISO_DATE_RE.fullmatch(text)) or (text[:1].isalpha() and text.lower() not in _NOT_ORDERED)
+
+
+def _untyped(column: str, written: SqlLiteral) -> Literal:
+    """A number, boolean or date on a column of unknown type: the value as a declaration spells
+    it (``core.identifiers.canonical_value``)."""
+    if written.kind is LiteralKind.BOOLEAN:
+        return Literal((written.text,), False)
+    if written.kind is LiteralKind.DATE:
+        return Literal((written.text,), True)
+    return Literal((canonical_value(column, decimal.Decimal(written.text)),), True)
 
 
 def _short(node: exp.Expr) -> str:

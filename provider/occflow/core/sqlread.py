@@ -19,8 +19,8 @@ from typing import Any
 import sqlglot
 from sqlglot import ParseError, Token, TokenError, TokenType, exp
 
-from .errors import InvalidDeclarationError, UnknownOperationError
-from .identifiers import canonical_table, table_parts
+from .errors import InvalidDeclarationError, InvalidFootprintError, UnknownOperationError
+from .identifiers import canonical_table, canonical_value, table_parts
 from .operations import Operation, parse_operation
 from .sqlnesting import check_nesting, nested_too_deeply
 from .sqlpredicates import read_literal
@@ -391,8 +391,13 @@ def _alter_partition(tokens: list[Token], where: str) -> tuple[dict[str, Any], l
 
 def _alter_literal(column: str, token: Token) -> Any:
     if token.token_type is TokenType.STRING:
-        node: exp.Expr = exp.Literal.string(token.text)
-    elif token.token_type is TokenType.NUMBER:
+        # A MaxCompute partition spec names the partition by its text (``pt='07'`` is not
+        # ``pt='7'``), not a comparison the engine casts: the value as a declaration spells it.
+        try:
+            return canonical_value(column, token.text)
+        except InvalidFootprintError:
+            return None
+    if token.token_type is TokenType.NUMBER:
         node = exp.Literal.number(token.text)
     else:
         return None

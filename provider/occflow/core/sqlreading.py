@@ -12,6 +12,7 @@ from sqlglot import exp
 from .errors import InvalidDeclarationError
 from .identifiers import unquoted_parts
 from .operations import Operation
+from .partvalues import UNTYPED, ColumnTyping
 from .sqlpredicates import Spec, read_literal
 from .sqlread import DIALECT, shorten
 
@@ -30,7 +31,7 @@ class Reading:
     bare: bool = True
     static: Spec | None = None
     #: Literal destinations of the rows the condition selects, one per assigning clause
-    #: (``SET ds = 'B'``): partition column as declared -> canonical value.
+    #: (``SET ds = 'B'``): partition column as declared -> canonical value of its type.
     moves: list[dict[str, str]] = field(default_factory=list)
     #: Rows added beside those the condition selects (a MERGE's WHEN NOT MATCHED inserts).
     pieces: list[Piece] = field(default_factory=list)
@@ -57,6 +58,7 @@ def assignments(
     label: str,
     same: Callable[[str, exp.Expr], bool],
     source: str = "",
+    typing: ColumnTyping = UNTYPED,
 ) -> tuple[dict[str, str], str | None]:
     """An UPDATE SET's literal destinations for the partition columns, or why rows may move to
     any partition. ``same(column, value)``: ``value`` surely equals the row's own ``column``;
@@ -78,9 +80,13 @@ def assignments(
         assigned = columns.get(item.this.name.lower())
         if assigned is None:
             continue
-        literal = read_literal(assigned, item.expression)
+        literal = read_literal(assigned, item.expression, typing)
         if literal is not None and literal.value is not None and assigned not in moves:
             moves[assigned] = literal.value
+        elif literal is not None and (literal.nothing or literal.anywhere or len(literal.values) > 1):
+            # NULL (the engine's cast of it) is a partition no key names yet; several values:
+            # the engine in force decides which. Either way not one partition: the whole table.
+            return {}, f"{label} sets {assigned} = {short(item.expression)}: {_destination(literal.anywhere)}"
         elif not same(assigned, item.expression):
             return (
                 {},
@@ -88,6 +94,10 @@ def assignments(
                 "rows move to partitions the data decides",
             )
     return moves, None
+
+
+def _destination(anywhere: str | None) -> str:
+    return anywhere or "not one partition of the column's type (NULL, or a value that depends on the engine)"
 
 
 def conjuncts(node: exp.Expr) -> list[exp.Expr]:
