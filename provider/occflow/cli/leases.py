@@ -10,7 +10,8 @@ from ..leases import LeaseStore, resolve_store_url
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("leases", help="list or release admission leases")
-    p.add_argument("--store", metavar="URL", help="lease store URL (default: $OCCFLOW_LEASE_STORE_URL, "
+    p.add_argument("--store", metavar="URL", help="lease store URL (default: the workers' store: "
+                   "$OCCFLOW_LEASE_STORE_URL, else the Airflow connection $OCCFLOW_LEASE_STORE_CONN_ID, "
                    "else sqlite:///$AIRFLOW_HOME/occflow_leases.db)")
     verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
 

@@ -21,10 +21,14 @@ from ..core.errors import InvalidDeclarationError
 from ..engines.maxcompute import open_standin
 from .extras import connection_extras
 
-try:  # the Alibaba provider is optional (the [maxcompute] extra installs it)
-    from airflow.providers.alibaba.cloud.hooks.maxcompute import MaxComputeHook
+# The Alibaba provider is optional (the [maxcompute] extra installs it): its hook class, or None.
+MaxComputeHook: type[Any] | None
+try:
+    from airflow.providers.alibaba.cloud.hooks.maxcompute import MaxComputeHook as _AlibabaHook
 except ImportError:  # pragma: no cover - exercised where the provider is not installed
     MaxComputeHook = None
+else:
+    MaxComputeHook = _AlibabaHook
 
 DEFAULT_CONN_ID = "maxcompute_default"
 CONN_TYPE = "occflow_maxcompute"

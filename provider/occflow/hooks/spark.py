@@ -51,10 +51,6 @@ def embedded_home() -> Path:
     return Path(os.environ.get("OCCFLOW_HOME") or Path.home() / ".occflow").expanduser()
 
 
-def embedded_warehouse() -> str:
-    return str(embedded_home() / "warehouse")
-
-
 def delta_warehouse() -> Path:
     """The root every derived delta-rs location stays under: ``$OCCFLOW_HOME/delta``."""
     return embedded_home() / "delta"

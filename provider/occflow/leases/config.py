@@ -1,15 +1,26 @@
 """Where the lease store lives: a SQLAlchemy URL from configuration or an Airflow connection.
 
-Resolution order (``store_url``): an explicit URL; ``OCCFLOW_LEASE_STORE_URL``; the Airflow
-connection named by ``OCCFLOW_LEASE_STORE_CONN_ID`` (resolved by the Airflow layer, which passes
-its URI to ``url_from_connection_uri``); else a SQLite file ``occflow_leases.db`` in
-``$AIRFLOW_HOME`` (or ``~/airflow``).
+Resolution order (``resolve_store_url``, the one every component calls: writes, triggers,
+sensors, the view, the CLI): an explicit URL; ``OCCFLOW_LEASE_STORE_URL``; the Airflow connection
+named by ``OCCFLOW_LEASE_STORE_CONN_ID``; else a SQLite file ``occflow_leases.db`` in
+``$AIRFLOW_HOME`` (or ``~/airflow``). ``store_url`` is the part without Airflow (no connection).
+
+A worker records which store it admits in (``announce_store``) so that one left on the
+per-machine file while its peers share a store says so.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import os
-from collections.abc import Mapping
+import socket
+import sys
+import time
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -18,7 +29,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError
 
-from .model import AdmissionPriorities, LeaseStoreError
+from .model import AdmissionPriorities, Holder, LeaseStoreError
+
+_log = logging.getLogger(__name__)
 
 URL_ENV = "OCCFLOW_LEASE_STORE_URL"
 CONN_ID_ENV = "OCCFLOW_LEASE_STORE_CONN_ID"
@@ -145,14 +158,168 @@ def resolve_store_url(
         return store_url(url, env)
     conn_id = conn_id or env.get(CONN_ID_ENV)
     if conn_id:
-        from airflow.models.connection import Connection
-
         try:
-            uri = Connection.get_connection_from_secrets(conn_id).get_uri()
+            uri = _connection_uri(conn_id)
         except Exception as exc:  # Airflow raises its own not-found type; name the id either way
             raise LeaseStoreError(f"cannot read the lease store connection {conn_id!r}: {exc}") from exc
         return url_from_connection_uri(uri)
     return default_url(env)
+
+
+def _connection_uri(conn_id: str) -> str:
+    """The URI of Airflow connection ``conn_id``, through the secrets backends Airflow gives
+    this process: a task's (the Task SDK, through its supervisor), else the server side's (the
+    metadata database too: the api-server's view, the CLI)."""
+    if _in_airflow_task():
+        from airflow.sdk import Connection
+
+        return str(Connection.get(conn_id).get_uri())
+    from airflow.models.connection import Connection as StoredConnection
+
+    # Deprecated for tasks, which the branch above serves; outside a task the Task SDK's
+    # Connection reads no metadata database, and a connection made in the UI lives there.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return str(StoredConnection.get_connection_from_secrets(conn_id).get_uri())
+
+
+# ----------------------------------------------------------------- which store a worker uses
+# A worker that misses the store setting admits against its own SQLite file and grants leases the
+# shared store's workers never see. Nothing in one store can show that, so each write's worker
+# records the store it used in the one thing every worker shares, the Airflow metadata (one
+# Variable per store), and compares with the records of the others.
+
+#: Prefix of the Airflow Variables recording which stores workers use (one per store fingerprint:
+#: a worker only ever writes its own store's, so two workers never overwrite each other's record).
+IDENTITY_VARIABLE_PREFIX = "occflow_lease_store."
+#: How long a peer's record counts: a worker that wrote on its own file a day ago is still a risk.
+PEER_WINDOW_SECONDS = 24 * 3600.0
+#: A worker rewrites its own record at most this often (a Variable read per write, a write rarely).
+REFRESH_SECONDS = 300.0
+
+
+@dataclass(frozen=True)
+class StoreIdentity:
+    """Which store a worker admits in, without its secrets: ``fingerprint`` is a hash of the
+    location (a SQLite file: the host and the resolved path, since the file is this machine's; a
+    server: the URL without its password); ``per_machine_default`` says the store is the SQLite
+    file in ``$AIRFLOW_HOME`` taken because nothing named a store."""
+
+    fingerprint: str
+    store: str
+    per_machine_default: bool
+    host: str
+
+    def describe(self) -> str:
+        why = " (the per-machine default: no OCCFLOW_LEASE_STORE_CONN_ID or URL set)" if self.per_machine_default else ""
+        return f"{self.store} [{self.fingerprint}]{why}"
+
+
+def store_identity(url: str, env: Mapping[str, str] | None = None, host: str | None = None) -> StoreIdentity:
+    """The identity of the store at ``url`` as this machine (``host``) reaches it."""
+    env = os.environ if env is None else env
+    host = host or socket.gethostname()
+    full = url_from_connection_uri(url)
+    try:
+        parsed = make_url(full)
+    except (ArgumentError, ValueError) as exc:
+        raise LeaseStoreError(f"malformed lease store URL {url!r}: {exc}") from None
+    default = False
+    if parsed.get_backend_name() == "sqlite":
+        path = Path(parsed.database or "").resolve()
+        location = shown = f"sqlite://{host}{path}"
+        configured = env.get(URL_ENV) or env.get(CONN_ID_ENV)
+        default = not configured and path == Path(default_url(env).removeprefix("sqlite:///")).resolve()
+    else:
+        # Masked, the password reads "***" whatever it is: a rotated password is the same store.
+        location = shown = parsed.render_as_string(hide_password=True)
+    fingerprint = hashlib.sha256(location.encode()).hexdigest()[:16]
+    return StoreIdentity(fingerprint=fingerprint, store=shown, per_machine_default=default, host=host)
+
+
+def diverging_peers(
+    mine: StoreIdentity, records: Iterable[Mapping[str, Any]], now: float, window: float = PEER_WINDOW_SECONDS
+) -> list[Mapping[str, Any]]:
+    """The recent records of another store where one side is a per-machine default file: that
+    pair admits conflicting writes side by side. Two configured stores may differ on purpose (a
+    store per team, ``lease_store_url=`` per operator) and are not reported."""
+    return [
+        r for r in records
+        if r.get("fingerprint") != mine.fingerprint
+        and now - float(r.get("at") or 0.0) <= window
+        and (mine.per_machine_default or bool(r.get("per_machine_default")))
+    ]
+
+
+def divergence_message(mine: StoreIdentity, holder: str, peers: Iterable[Mapping[str, Any]]) -> str:
+    """The warning a worker logs (and its write reports) when ``peers`` use another store."""
+    seen = "; ".join(
+        f"{p.get('holder') or 'a write'} on host {p.get('host')} used {p.get('store')} [{p.get('fingerprint')}]"
+        + (" (a per-machine default file)" if p.get("per_machine_default") else "")
+        + f" at {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(float(p.get('at') or 0.0)))}"
+        for p in peers
+    )
+    return (
+        f"lease store mismatch: {holder} on host {mine.host} admits in {mine.describe()}, but {seen}. "
+        "Leases in one store do not hold back writes admitted in another: conflicting writes can run "
+        f"together. Set the same {CONN_ID_ENV} (or {URL_ENV}) on every worker, the triggerer and the api-server."
+    )
+
+
+def _in_airflow_task() -> bool:
+    # Only a task process talks to the Airflow metadata (through its supervisor); anywhere else
+    # (a script, the CLI, a test's own LeaseKeeper) there are no peers to compare with.
+    runner = sys.modules.get("airflow.sdk.execution_time.task_runner")
+    return getattr(runner, "SUPERVISOR_COMMS", None) is not None
+
+
+def announce_store(
+    url: str, holder: Holder, log: logging.Logger | None = None, env: Mapping[str, str] | None = None
+) -> tuple[StoreIdentity, str | None]:
+    """Record in the Airflow metadata that this worker admits in the store at ``url``, and warn
+    (on ``log``, at WARNING, naming both stores) if a peer recently admitted in another store
+    while one of the two is a per-machine default file. Returns this store's identity and the
+    warning, if any. Outside an Airflow task, or if the metadata cannot be reached, only the
+    identity: the write must not fail for a check about other writes."""
+    mine = store_identity(url, env)
+    if not _in_airflow_task():
+        return mine, None
+    from airflow.sdk import Variable
+
+    now = time.time()
+    try:
+        records: list[Mapping[str, Any]] = []
+        for key in Variable.keys(prefix=IDENTITY_VARIABLE_PREFIX):
+            value = Variable.get(key, default=None)
+            record = _record_of(value)
+            if record is not None:
+                records.append(record)
+        own = next((r for r in records if r.get("fingerprint") == mine.fingerprint and r.get("host") == mine.host), None)
+        if own is None or now - float(own.get("at") or 0.0) > REFRESH_SECONDS:
+            record = {**asdict(mine), "holder": _task_of(holder), "pid": os.getpid(), "at": now}
+            Variable.set(f"{IDENTITY_VARIABLE_PREFIX}{mine.fingerprint}", json.dumps(record, sort_keys=True))
+    except Exception as exc:  # the metadata is someone else's service: its failure is only noted
+        (log or _log).info("could not compare the lease store with its peers' (Airflow Variables): %s", exc)
+        return mine, None
+    peers = diverging_peers(mine, records, now)
+    if not peers:
+        return mine, None
+    message = divergence_message(mine, _task_of(holder), peers)
+    (log or _log).warning("%s", message)
+    return mine, message
+
+
+def _task_of(holder: Holder) -> str:
+    return f"{holder.dag_id}.{holder.task_id} (run {holder.run_id})" if holder.dag_id else "a script"
+
+
+def _record_of(value: object) -> Mapping[str, Any] | None:
+    # A record another version (or a person) wrote malformed is skipped, not trusted.
+    try:
+        record = json.loads(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("fingerprint"), str) else None
 
 
 def make_engine(url: str, *, existing: bool = False) -> Engine:

@@ -175,7 +175,7 @@ class TableCommitSensor(BaseSensorOperator):
             )
         return {"maxcompute.instance_id": str(found["instance_id"])}
 
-    def poke(self, context: Any) -> bool | dict[str, Any]:
+    def poke(self, context: Any) -> bool:
         condition = self.condition(context)
         if condition is None:
             self.log.info("upstream task %s has not reported a commit yet", self.upstream_task_id)

@@ -52,7 +52,7 @@ class LeaseStoreTrigger(BaseTrigger):
         wakeup: bool = True,
         fire_not_before: float | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # Airflow's BaseTrigger.__init__ is not annotated
         self.request = dict(request)
         self.store_url = store_url
         # NaN or infinity here would poll in a busy loop or never give up on an outage.

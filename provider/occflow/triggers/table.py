@@ -19,7 +19,7 @@ class TableCommitTrigger(BaseTrigger):
         condition: Mapping[str, Any],
         poll_interval: float = 5.0,
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # Airflow's BaseTrigger.__init__ is not annotated
         self.table_format = table_format
         self.location = location
         self.condition = dict(condition)
