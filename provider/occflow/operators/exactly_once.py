@@ -81,9 +81,7 @@ class ExactlyOnce:
         found = self.ledger.find_commit(self.tag)
         if found is None:
             return None
-        outcome = found.outcome(self.tag.operation, reason)
-        outcome.tag["committed_by"] = found.by
-        return outcome
+        return found.outcome(self.tag.operation, reason).as_found(reason, found.by)
 
     def ensure_not_committed(self) -> None:
         """Raise ``AlreadyCommitted`` if the write is in the table: the check right before a commit."""
@@ -185,7 +183,8 @@ _BY_TRANSACTION = "the table refused a second commit of this write (concurrent_t
 def _settled(found: FoundCommit, tag: CommitTag, why: str) -> WriteOutcome:
     """The write settled as committed by the try whose commit ``found`` is; this one adds none."""
     mine = "" if tag.try_number is None else f"; try {tag.try_number} did not commit again"
-    return found.outcome(tag.operation, f"already committed by {found.by}: {why}{mine}")
+    reason = f"already committed by {found.by}: {why}{mine}"
+    return found.outcome(tag.operation, reason).as_found(reason, found.by)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from typing import Any, NoReturn
 
@@ -48,7 +48,7 @@ from ..engines.target import AttemptContext, TaskRef, WriteTarget
 from ..leases import LeaseKeeper
 from .exactly_once import BeforeCommit, ExactlyOnce, GateClosed, from_context
 from .history import WriteHistory, emit_metrics, store_history
-from .messages import attempt_line, engine_message, fitted_to_engine, sentence, why
+from .messages import attempt_line, commit_text, engine_message, fitted_to_engine, sentence, why
 from .taskref import task_ref
 from .write_ends import ConflictFailure, GateTimeoutFailure, LeaseLostFailure, WriteNotCommitted
 
@@ -208,14 +208,12 @@ class WriteFlow:
             history.wasted_seconds += time.monotonic() - started
             raise
         except AlreadyCommitted as done:  # the job's own Delta txn id is in the table already: done
-            by = {} if done.found is None else {"committed_by": done.found.by}
-            return WriteOutcome(
-                engine=self.target.engine_name,
-                table=self.declaration.table,
-                operation=self.declaration.operation,
-                committed=True,
-                seconds=0.0,
-                tag={"exactly_once": str(done), **by},
+            return WriteOutcome.already_committed(
+                self.target.engine_name,
+                self.declaration.table,
+                self.declaration.operation,
+                str(done),
+                by=None if done.found is None else done.found.by,
             )
         except Exception as exc:
             # An engine that raises instead of returning an outcome: classified the same way.
@@ -342,6 +340,10 @@ class WriteFlow:
     ) -> WriteReport:
         declaration, history = self.declaration, self.history
         tag = {} if outcome is None else dict(outcome.tag)
+        details = dict(self.target.report_details(declaration, outcome))
+        if outcome is not None and outcome.metadata_commit is not None:
+            # A schema change's commit is a metadata version, not a snapshot: the report names it.
+            details["metadata_commit"] = asdict(outcome.metadata_commit)
         return WriteReport(
             table=declaration.table,
             operation=declaration.operation.value,
@@ -362,8 +364,8 @@ class WriteFlow:
             error=error,
             fence=self.fence,
             lease_lost=tuple(history.lease_losses),
-            committed_by=tag.get("committed_by"),
-            engine_details=self.target.report_details(declaration, outcome),
+            committed_by=None if outcome is None or outcome.found is None else outcome.found.by,
+            engine_details=details,
             table_key=None if declaration.location is None else declaration.table_key,
             grant_to_start_seconds=self._grant_to_start,
         )
@@ -402,20 +404,21 @@ class WriteFlow:
                 cause = ("Admission was on: a lease lapsed while a compaction ran (a stalled writer whose "
                          f"lease the store gave to the other; this write's lease: {state})")
             raise AirflowFailException(
-                f"{d.operation.value} on {d.table} committed ({_commit_text(report)}) beside a concurrent "
+                f"{d.operation.value} on {d.table} committed ({commit_text(report)}) beside a concurrent "
                 f"compaction of the same files: {race}. {cause}"
             )
-        if outcome.tag.get("exactly_once"):  # found in the table, not written again by this try
+        found = outcome.found
+        if found is not None:  # found in the table, not written again by this try
             self.log.info(
                 "%s on %s was already committed by %s (%s): this try (%d) wrote nothing; %s",
                 d.operation.value,
                 d.table,
-                report.committed_by or "an earlier attempt",
-                _commit_text(report),
+                found.by or "an earlier attempt",
+                commit_text(report, outcome),
                 self.try_number,
-                outcome.tag["exactly_once"],
+                found.reason,
             )
-        elif report.version is None and report.snapshot_id is None:
+        elif outcome.changed_nothing:
             self.log.info(
                 "%s on %s committed nothing: there was nothing to change (%d attempt(s))",
                 d.operation.value,
@@ -427,7 +430,7 @@ class WriteFlow:
                 "committed %s on %s: %s after %d attempt(s), %d conflict(s), %.1fs wasted",
                 d.operation.value,
                 d.table,
-                _commit_text(report),
+                commit_text(report, outcome),
                 report.attempts,
                 len(report.conflicts),
                 report.wasted_seconds,
@@ -446,7 +449,7 @@ class WriteFlow:
                 "could not read what the commit of %s on %s touched (%s): %s",
                 d.operation.value,
                 d.table,
-                _commit_text(report),
+                commit_text(report),
                 exc,
             )
             return report
@@ -475,16 +478,6 @@ def ended_by(end: BaseException, *, in_the_job: bool = True) -> str:
     if in_the_job and isinstance(end, (AirflowFailException, AirflowSkipException)):
         return f"{type(end).__name__} raised by the job: {end}"
     return f"{type(end).__name__}: {end}"
-
-
-def _commit_text(report: WriteReport) -> str:
-    """``version 3`` / ``snapshot 123``: what the engine names the commit by (never ``None``)."""
-    parts = []
-    if report.version is not None:
-        parts.append(f"version {report.version}")
-    if report.snapshot_id is not None:
-        parts.append(f"snapshot {report.snapshot_id}")
-    return " ".join(parts) or "no new version"
 
 
 __all__ = [

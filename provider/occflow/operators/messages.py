@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from ..core.advice import kind_help
 from ..core.policy import Action, Decision
-from ..core.report import LostAttempt
+from ..core.report import LostAttempt, WriteReport
 from ..engines.outcome import WriteOutcome
 
 # A JVM stack frame line ("\tat org.apache.spark...(File.java:12)"): where a Py4J message's own
@@ -33,6 +33,21 @@ def engine_message(outcome: WriteOutcome | None, error: BaseException | None) ->
     cut = next((i for i, line in enumerate(lines) if _JVM_FRAME.match(line)), len(lines))
     message = "\n".join(lines[:cut]).strip()
     return f"{name}: {message}" if message else name
+
+
+def commit_text(report: WriteReport, outcome: WriteOutcome | None = None) -> str:
+    """``version 3`` / ``snapshot 123`` / ``metadata version 4 (file)``: what the engine names
+    the commit by (never ``None``)."""
+    parts = []
+    if report.version is not None:
+        parts.append(f"version {report.version}")
+    if report.snapshot_id is not None:
+        parts.append(f"snapshot {report.snapshot_id}")
+    meta = None if outcome is None else outcome.metadata_commit
+    if meta is not None and not (parts and meta.location is None):
+        # Delta numbers a schema change by its log version (said already); Iceberg by its metadata file.
+        parts.append(meta.describe())
+    return " ".join(parts) or "no new version"
 
 
 def attempt_line(lost: LostAttempt, operation: str, table: str, decision: Decision) -> str:

@@ -19,7 +19,7 @@ from ...core.fencing import LAPSED_FENCE_PROPERTY, CommitFence, fenced_up_to
 from ...core.kinds import ConflictKind, WinningCommit
 from ...core.operations import Operation
 from ..ledger import CommitRefused, FencedOut
-from ..outcome import WriteOutcome
+from ..outcome import MetadataCommit, WriteOutcome
 from ..tags import FENCE as FENCE_KEY
 from .commit import COMMIT_ID_KEY, CommitOptions
 from .compaction import duplicate_compaction
@@ -362,8 +362,9 @@ class DeltaRsTable:
         fence: CommitFence | None = None
         try:
             table = snapshot if snapshot is not None else (self.load() if load else None)
-            if table is not None:
-                tag["read_version"] = str(table.version())
+            read_version = None if table is None else int(table.version())
+            if read_version is not None:
+                tag["read_version"] = str(read_version)  # payload for the report; decided on as an int
             # Last step before the engine call: the caller's before-commit check, and the snapshot
             # it plans on must not hold this write's app transaction yet (CommitOptions.ready).
             props, fence = options.ready(table, commit_id)
@@ -380,13 +381,14 @@ class DeltaRsTable:
                 self._fenced_out(lost, fence)
             return lost.with_winner(self._winner(lost, table, options, scope))
         seconds = time.perf_counter() - start
-        read_version = None if table is None else int(tag["read_version"])
         version, commit_metrics = self._find_commit(commit_id, read_version)
         if version is None:
             # delta-rs writes no commit when an operation changes nothing (a delete that matched
             # no row); the write succeeded, but there is no version to name
             tag["version"] = "none: no commit carries this write's id (nothing changed)"
         rows = _rows(operation, metrics if metrics is not None else commit_metrics)
+        # A schema or property change is a log version with a metaData action: name it as such.
+        altered = operation is Operation.ALTER_METADATA and version is not None
         return WriteOutcome(
             engine=ENGINE,
             table=self.uri,
@@ -396,6 +398,7 @@ class DeltaRsTable:
             version=version,
             rows=rows,
             tag=tag,
+            metadata_commit=MetadataCommit(version=version) if altered else None,
         )
 
     def fence_out(self, fence: CommitFence, tries: int = 5) -> int | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any
 
 from ...core.kinds import WinningCommit
 from ..ledger import HISTORY_DEPTH, FoundCommit
-from ..outcome import WriteOutcome
+from ..outcome import ErrorInfo, MetadataCommit, NeverRetry, WriteOutcome
 from ..tags import APP_VERSION, CommitTag
 from .formats import CommitInfo
 from .identifiers import quote_table
@@ -41,6 +42,57 @@ EXTENSIONS = "io.delta.sql.DeltaSparkSessionExtension"
 CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 #: The session conf delta-spark copies into each commit's ``commitInfo.userMetadata``.
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+#: ``DESCRIBE HISTORY`` operations that change the table's metadata and no data (Delta's
+#: ``DeltaOperations``: AddColumns, ChangeColumn, ReplaceColumns, DropColumns, RenameColumn,
+#: SetTableProperties, UnsetTableProperties).
+METADATA_OPERATIONS = frozenset({
+    "ADD COLUMNS", "CHANGE COLUMN", "REPLACE COLUMNS", "DROP COLUMNS", "RENAME COLUMN",
+    "SET TBLPROPERTIES", "UNSET TBLPROPERTIES",
+})
+
+
+#: delta-spark's errors for a table whose protocol lists table features this delta-spark does not
+#: implement, and which side of the protocol lists them (delta-spark 3.3.3
+#: ``error/delta-error-classes.json``, SQLSTATE 56038: "Unsupported Delta read|write feature: table
+#: "<tableNameOrPath>" requires reader|writer table feature(s) that are unsupported by Delta Lake
+#: "<deltaVersion>": <unsupported>."). Raised before anything is written; no retry changes the jar.
+UNSUPPORTED_FEATURE_ERRORS: Mapping[str, str] = {
+    "DELTA_UNSUPPORTED_FEATURES_FOR_READ": "reader",
+    "DELTA_UNSUPPORTED_FEATURES_FOR_WRITE": "writer",
+}
+_UNSUPPORTED_TEXT = re.compile(
+    r'requires (?:reader|writer) table feature\(s\) that are unsupported by Delta Lake "(?P<delta>[^"]*)": '
+    r"(?P<features>[^\n]*?)\.?\s*$",
+    re.MULTILINE,
+)
+
+
+class UnsupportedTableFeature(NeverRetry):
+    """The table's protocol needs features the session's delta-spark lacks: fail, never retry."""
+
+    def __init__(self, table: str, side: str, features: str, delta_version: str) -> None:
+        self.table, self.side, self.features, self.delta_version = table, side, features, delta_version
+        super().__init__(
+            f"{table}: the table's protocol needs the {side} table feature(s) {features}, which delta-spark "
+            f"{delta_version or '(this version)'} does not support; nothing was written and a retry cannot "
+            f"change that: run the write with a delta-spark that supports them (catalog.jars or {JARS_ENV}), "
+            "or leave this table to the engine that added them"
+        )
+
+
+def unsupported_table_features(table: str, error: ErrorInfo | None) -> UnsupportedTableFeature | None:
+    """The ``UnsupportedTableFeature`` a write's error is (``UNSUPPORTED_FEATURE_ERRORS``), naming
+    the features as delta-spark listed them; ``None`` for any other error."""
+    if error is None:
+        return None
+    text = "\n".join(error.messages)
+    for error_class, side in UNSUPPORTED_FEATURE_ERRORS.items():
+        if error.error_class != error_class and f"[{error_class}]" not in text:
+            continue
+        found = _UNSUPPORTED_TEXT.search(text)
+        features = found.group("features").strip() if found else "(unnamed: see the engine's message)"
+        return UnsupportedTableFeature(table, side, features, found.group("delta") if found else "")
+    return None
 
 
 def jars_from_env() -> list[str]:
@@ -121,10 +173,12 @@ class DeltaFormat:
         if len(newer) > 1 and len(own) != 1:
             tag["commit"] = f"ambiguous: {len(newer)} commits since the job started"
         out_rows = metrics.get("numOutputRows") or metrics.get("numUpdatedRows") or metrics.get("numDeletedRows")
+        version = int(latest["version"])
         return CommitInfo(
-            version=int(latest["version"]),
+            version=version,
             rows=None if out_rows is None else int(out_rows),
             tag=tag,
+            metadata=MetadataCommit(version=version) if str(latest["operation"]) in METADATA_OPERATIONS else None,
         )
 
     def lost(self, spark: Any, table: str, before: int | None, outcome: WriteOutcome) -> WriteOutcome:

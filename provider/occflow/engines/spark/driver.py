@@ -42,13 +42,12 @@ from occflow.engines.ledger import AlreadyCommitted, LeaseNotLive
 from occflow.engines.outcome import WriteOutcome
 from occflow.engines.spark.config import SparkConfig
 from occflow.engines.spark.jobs import ApplicationJob, CallableJob, SqlJob
-from occflow.engines.spark.lease_window import LEASE_NOT_LIVE, check_window
+from occflow.engines.spark.lease_window import check_window
 from occflow.engines.spark.session import SparkEngine
 from occflow.engines.spark.submit_fence import (
     AT_COMMIT,
     AT_STATEMENT_START,
     LEASE_CHECKED_AT,
-    LEASE_REFUSED_AT,
     CommitFence,
     commit_refusal,
     in_session,
@@ -154,9 +153,9 @@ def run_tagged(engine: SparkEngine, job: Any, table: str, operation: str | None,
     except AlreadyCommitted as done:
         assert done.found is not None
         op = parse_operation(operation) if operation else tag.operation
-        settled = done.found.outcome(op, f"already committed by {done.found.by}: found by the driver right "
-                                         "before its commit; this driver did not commit again")
-        return settled
+        reason = (f"already committed by {done.found.by}: found by the driver right before its commit; "
+                  "this driver did not commit again")
+        return done.found.outcome(op, reason).as_found(reason, done.found.by)
 
 
 def _report_application(outcome_path: str, engine: SparkEngine) -> dict[str, Any]:
@@ -205,9 +204,8 @@ def main(argv: list[str] | None = None) -> int:
             check_window(args.lease_window, fence)
 
     def not_live(reason: str, at: str) -> WriteOutcome:  # nothing was committed
-        return WriteOutcome(engine=engine.engine_name, table=args.table, operation=parse_operation(args.operation),
-                            committed=False, seconds=time.perf_counter() - start,
-                            tag={LEASE_NOT_LIVE: reason, "fence": str(fence), LEASE_REFUSED_AT: at})
+        return WriteOutcome.refused_by_lease(engine.engine_name, args.table, parse_operation(args.operation),
+                                             time.perf_counter() - start, reason, at=at, fence=fence)
 
     try:
         outcome = run_tagged(engine, job, args.table, args.operation, params, tag, lease_live)

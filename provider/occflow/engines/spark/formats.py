@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..ledger import CommitLedger
-from ..outcome import WriteOutcome
+from ..outcome import MetadataCommit, WriteOutcome
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,8 @@ class CommitInfo:
     snapshot_id: int | None = None
     rows: int | None = None
     tag: Mapping[str, str] = field(default_factory=dict)
+    #: A commit of the metadata alone (an Iceberg schema change writes no snapshot).
+    metadata: MetadataCommit | None = None
 
 
 @dataclass(frozen=True)

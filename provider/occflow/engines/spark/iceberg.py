@@ -15,19 +15,30 @@ from typing import Any
 from ...core.errors import InvalidDeclarationError
 from ...core.kinds import WinningCommit
 from ..ledger import FoundCommit
-from ..outcome import WriteOutcome
+from ..outcome import MetadataCommit, WriteOutcome
 from ..tags import WRITE_ID, CommitTag
 from .formats import CommitInfo
 from .iceberg_catalog import EXTENSIONS, IcebergCatalogConfig, jdbc_driver_jar, runtime_jars
 from .identifiers import quote_table, split_table, sql_string
 from .settings import SparkConfigError
-from .winner import iceberg_winner, snapshots_changing, snapshots_since
+from .winner import (
+    iceberg_metadata_winner,
+    iceberg_winner,
+    metadata_entries,
+    metadata_version,
+    snapshots_changing,
+    snapshots_since,
+)
 
 
 @dataclass(frozen=True)
 class SnapshotRef:
+    """Where a table is: its current snapshot, and the metadata file that is current (a schema
+    change makes a new one without a new snapshot)."""
+
     snapshot_id: int | None
     sequence_number: int | None = None
+    metadata_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -65,11 +76,12 @@ class IcebergFormat:
         """The snapshot this job committed: the newest one after ``before`` by this application."""
         name = self.qualify(table)
         current = current_snapshot(spark, name)
-        if current is None or current.snapshot_id is None:
-            return CommitInfo(tag={"commit": "none"})
         since = None if before is None else before.snapshot_id
-        if current.snapshot_id == since:
-            return CommitInfo(tag={"commit": "none"})  # e.g. a DELETE that matched no row
+        if current is None or current.snapshot_id is None or current.snapshot_id == since:
+            # No new snapshot: a schema or property change (a new metadata file), or nothing
+            # at all (e.g. a DELETE that matched no row).
+            metadata = metadata_commit(before, current)
+            return CommitInfo(tag={} if metadata is not None else {"commit": "none"}, metadata=metadata)
         snapshots = _snapshots(spark, name)
         app_id = _app_id(spark)
         chain: list[dict[str, Any]] = []
@@ -111,6 +123,11 @@ class IcebergFormat:
             found = iceberg_winner(snapshots_since(spark, name, since), since, messages, changing)
             if found is not None and found.snapshot_id is not None:
                 found = replace(found, version=_sequence_number(spark, name, found.snapshot_id))
+            if found is None and before is not None and before.metadata_file is not None:
+                # No snapshot since the start: the winner changed the metadata alone (a schema
+                # change). A new session reads it: this one's catalog may cache the start.
+                entries = metadata_entries(spark.newSession(), name)
+                found = iceberg_metadata_winner(entries, before.metadata_file)
         except Exception as exc:  # noqa: BLE001 - naming the winner must not hide the conflict
             found = WinningCommit(basis=f"the snapshots could not be read to name the winner: {exc}")
         return outcome.with_winner(found)
@@ -123,8 +140,8 @@ def current_snapshot(spark: Any, table: str) -> SnapshotRef | None:
     """The table's current snapshot and sequence number; None when the table does not exist."""
     try:
         rows = spark.sql(
-            f"SELECT latest_snapshot_id, latest_sequence_number FROM {quote_table(table)}.metadata_log_entries "
-            "ORDER BY timestamp DESC LIMIT 1"
+            "SELECT latest_snapshot_id, latest_sequence_number, file FROM "
+            f"{quote_table(table)}.metadata_log_entries ORDER BY timestamp DESC LIMIT 1"
         ).collect()
     except Exception as exc:
         if "TABLE_OR_VIEW_NOT_FOUND" in str(exc) or "not found" in str(exc).lower():
@@ -132,8 +149,19 @@ def current_snapshot(spark: Any, table: str) -> SnapshotRef | None:
         raise
     if not rows:
         return SnapshotRef(None)
-    sid, seq = rows[0][0], rows[0][1]
-    return SnapshotRef(None if sid is None else int(sid), None if seq is None else int(seq))
+    sid, seq, file = rows[0][0], rows[0][1], rows[0][2]
+    return SnapshotRef(None if sid is None else int(sid), None if seq is None else int(seq),
+                       None if file is None else str(file))
+
+
+def metadata_commit(before: SnapshotRef | None, after: SnapshotRef | None) -> MetadataCommit | None:
+    """The metadata version a job committed without a snapshot: the current metadata file when
+    it is not the one the job started on; ``None`` when the metadata did not change."""
+    if after is None or after.metadata_file is None:
+        return None
+    if before is not None and before.metadata_file == after.metadata_file:
+        return None
+    return MetadataCommit(version=metadata_version(after.metadata_file), location=after.metadata_file)
 
 
 def _snapshots(spark: Any, table: str) -> dict[int, dict[str, Any]]:

@@ -21,11 +21,13 @@ from pathlib import Path
 from types import TracebackType
 
 from ..ledger import LeaseNotLive
+from ..outcome import LEGACY_LEASE_NOT_LIVE
 from .submit_fence import COMMIT_MARGIN
 from .submit_files import write_atomically
 
-#: The tag of a driver's outcome that refused to commit because the lease was not live.
-LEASE_NOT_LIVE = "lease_not_live"
+#: The tag key of a driver's outcome that refused to commit because the lease was not live: payload
+#: beside the typed ``WriteOutcome.lease_refused``, which is what the target decides on.
+LEASE_NOT_LIVE = LEGACY_LEASE_NOT_LIVE
 
 
 def window_path(outcome_path: str | Path) -> Path:

@@ -155,6 +155,7 @@ class SparkEngine:
             snapshot_id=commit.snapshot_id,
             rows=commit.rows,
             tag={"job": the_job.describe(), "run_id": context.run_id, **commit.tag},
+            metadata_commit=commit.metadata,
         )
 
     @staticmethod

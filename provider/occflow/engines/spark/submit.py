@@ -38,12 +38,11 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ...core.errors import InvalidDeclarationError
-from ...core.kinds import Classification, ConflictKind, WinningCommit
 from ...core.operations import Operation, parse_operation
 from ..outcome import ErrorInfo, WriteOutcome
 from ..tags import CommitTag
@@ -101,43 +100,12 @@ def _job_args(job: SqlJob | CallableJob | ApplicationJob) -> list[str]:
 
 
 def outcome_from_dict(data: Mapping[str, Any]) -> WriteOutcome:
-    """The ``WriteOutcome`` a driver wrote (``WriteOutcome.to_json`` read back)."""
-    err = data.get("error")
-    cls = data.get("classification")
-    classification = None
-    if cls:
-        wc = cls.get("winning_commit")
-        classification = Classification(
-            kind=ConflictKind(cls["kind"]),
-            engine=cls.get("engine", ""),
-            reason=cls.get("reason", ""),
-            winning_commit=None if not wc else WinningCommit.from_dict(wc),
-            exception_class=cls.get("exception_class"),
-            error_class=cls.get("error_class"),
-        )
-    error = None
-    if err:
-        error = ErrorInfo(
-            exception_class=err["exception_class"],
-            messages=tuple(err.get("messages") or ()),
-            error_class=err.get("error_class"),
-            cause_classes=tuple(err.get("cause_classes") or ()),
-        )
-    if error is not None and classification is None:
-        classification = classify_error(error)
-    return WriteOutcome(
-        engine=data["engine"],
-        table=data["table"],
-        operation=Operation(data["operation"]),
-        committed=bool(data["committed"]),
-        seconds=float(data["seconds"]),
-        version=data.get("version"),
-        snapshot_id=data.get("snapshot_id"),
-        rows=data.get("rows"),
-        error=error,
-        classification=classification,
-        tag={str(k): str(v) for k, v in (data.get("tag") or {}).items()},
-    )
+    """The ``WriteOutcome`` a driver wrote (``WriteOutcome.to_json`` read back; an older driver's
+    file too, ``WriteOutcome.from_dict``), its error classified when the driver did not."""
+    outcome = WriteOutcome.from_dict(data)
+    if outcome.error is not None and outcome.classification is None:
+        return replace(outcome, classification=classify_error(outcome.error))
+    return outcome
 
 
 def read_outcome(path: str | Path) -> WriteOutcome | None:

@@ -42,7 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..outcome import WriteOutcome
+from ..outcome import LEGACY_LEASE_REFUSED_AT, WriteOutcome
 from .config import SparkConfig
 from .settings import SparkConfigError
 
@@ -81,9 +81,10 @@ DELTA_DELEGATE_ANY_KEY = "spark.occflow.delta.logStore.delegate"
 DELTA_SCHEMES = ("file", "hdfs", "viewfs", "s3", "s3a", "s3n", "abfs", "abfss", "adl", "wasb", "wasbs", "gs")
 _DELTA_CLASS = "occflow/delta/LeaseFencedLogStore.class"
 
-#: Outcome tags: where the driver's last lease check runs, and where a refused attempt was refused.
+#: Outcome tags: where the driver's last lease check runs, and where a refused attempt was refused
+#: (payload; the typed ``WriteOutcome.lease_refused.at`` is what is decided on).
 LEASE_CHECKED_AT = "lease_checked_at"
-LEASE_REFUSED_AT = "lease_refused_at"
+LEASE_REFUSED_AT = LEGACY_LEASE_REFUSED_AT
 AT_COMMIT = "commit"
 AT_STATEMENT_START = "statement_start"
 

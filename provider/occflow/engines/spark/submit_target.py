@@ -13,8 +13,8 @@ from ...core.observed import ObservedFootprint
 from ..ledger import CommitLedger, LeaseNotLive
 from ..outcome import WriteOutcome
 from ..target import AttemptContext
-from .lease_window import LEASE_NOT_LIVE
-from .submit_fence import AT_COMMIT, AT_STATEMENT_START, LEASE_REFUSED_AT
+from .delta_spark import unsupported_table_features
+from .submit_fence import AT_COMMIT, AT_STATEMENT_START
 from .submit_ledger import SubmitLedger
 
 ENGINE = "spark-submit"
@@ -34,11 +34,14 @@ class SparkSubmitTarget:
 
     def run_attempt(self, declaration: WriteDeclaration, attempt: AttemptContext) -> WriteOutcome:
         outcome = self.run_driver(declaration, attempt)
-        refused = outcome.tag.get(LEASE_NOT_LIVE)
-        if refused and not outcome.committed:
+        refused = outcome.lease_refused
+        if refused is not None:
             where = {AT_COMMIT: " (refused inside its commit)", AT_STATEMENT_START: " (refused before its write "
-                     "statement started)"}.get(outcome.tag.get(LEASE_REFUSED_AT, ""), "")
-            raise LeaseNotLive(f"the driver did not commit{where}: {refused}", attempt.fence)
+                     "statement started)"}.get(refused.at or "", "")
+            raise LeaseNotLive(f"the driver did not commit{where}: {refused.reason}", attempt.fence)
+        unsupported = None if outcome.committed else unsupported_table_features(self.table, outcome.error)
+        if unsupported is not None:  # the table needs a newer delta-spark than the driver's: never retried
+            raise unsupported
         return outcome
 
     def commit_ledger(self, only_if: Mapping[str, str] | None = None) -> CommitLedger | None:

@@ -260,3 +260,56 @@ def _count(value: Any) -> int:
         return int(value)
     except (TypeError, ValueError):
         return 0
+
+
+# A metadata file's own number: ``00004-<uuid>.metadata.json`` (catalogs on a metastore or JDBC),
+# ``v4.metadata.json`` (the Hadoop catalog), either possibly compressed.
+_METADATA_FILE = re.compile(r"(?:^|/)(?:v(\d+)|(\d+)-[^/]*)\.metadata\.json(?:\.gz)?$")
+
+
+def metadata_version(location: str) -> int | None:
+    """The number of an Iceberg metadata file (what the table's metadata versions are counted
+    by); ``None`` for a name that follows neither convention."""
+    found = _METADATA_FILE.search(location.replace(".gz.metadata.json", ".metadata.json"))
+    if found is None:
+        return None
+    return int(found.group(1) or found.group(2))
+
+
+def metadata_entries(spark: Any, table: str) -> list[dict[str, Any]]:
+    """The table's ``metadata_log_entries``, oldest first: each metadata file with its time and
+    the snapshot current in it (a schema change makes a new file, not a new snapshot)."""
+    rows = spark.sql(
+        "SELECT CAST(timestamp AS STRING) AS at, file, latest_snapshot_id "
+        f"FROM {quote_table(table)}.metadata_log_entries ORDER BY timestamp"
+    ).collect()
+    return [{"at": r["at"], "file": str(r["file"]), "snapshot_id": r["latest_snapshot_id"]} for r in rows]
+
+
+def iceberg_metadata_winner(entries: Sequence[Mapping[str, Any]], since_file: str) -> WinningCommit | None:
+    """The metadata version a write lost to when no snapshot came after its start: the first of
+    ``entries`` (``metadata_entries``, oldest first) after ``since_file``, the metadata the
+    write started on, that kept its snapshot (a schema or property change); ``None`` when
+    ``since_file`` is not among them or no such version followed it."""
+    files = [str(e["file"]) for e in entries]
+    if since_file not in files:
+        return None
+    start = files.index(since_file)
+    base = entries[start]
+    later = [e for e in entries[start + 1 :] if e.get("snapshot_id") == base.get("snapshot_id")]
+    if not later:
+        return None
+    chosen = later[0]
+    number = metadata_version(str(chosen["file"]))
+    # The log's schema id is the current snapshot's, so it cannot tell a schema change from a
+    # property change: both are named as what they are to Iceberg, a new metadata version.
+    label = "metadata change" if number is None else f"metadata change, metadata version {number}"
+    return WinningCommit(
+        operation=label,
+        timestamp=None if chosen.get("at") is None else str(chosen["at"]),
+        tag={"metadata_file": str(chosen["file"]), **({} if number is None else {"metadata_version": str(number)})},
+        basis=(
+            f"the first metadata version after the one the write started on ({since_file}); it added no "
+            "snapshot: a schema or property change"
+        ),
+    )
