@@ -4,10 +4,10 @@ The table is given (``--table-format`` with ``--partition-columns`` and ``--prop
 from its engine (``--delta-location`` through delta-rs, ``--spark`` / ``--spark-conf`` on a local
 Spark session); its facts decide the profile. The output names the operation, the partitions
 (or the whole table), whether the job reads its target, the profile and why, the operations it
-conflicts with under that profile, and, for each ``--against`` job, whether the two may run
-together: the rule admission applies (``leases.model.Claim.blocks``: the footprints' reach on the
-engine overlaps and a matrix says the operations conflict), with a reason that says which of
-the two decided. A MaxCompute table
+conflicts with under that profile, and, for each ``--against`` job, whether it may start while
+that one runs: the one admission rule the lease store and the simulator apply
+(``core.admission_rule.rule``: the footprints' reach on the engine, the matrix cells in both
+commit orders, and with commit gates the order they keep), with a reason that says what decided. A MaxCompute table
 (``--table-format maxcompute*``) is read as ``MaxComputeWriteOperator`` reads its SQL
 (``engines.maxcompute.sql``): MaxCompute's ``ALTER TABLE t [PARTITION (...)] COMPACT MINOR | MAJOR``
 and ``... MERGE SMALLFILES`` (``core.sqlread.read_alter_write``), a MERGE held to UPDATE's row.
@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.admission_rule import Claim, Pairing, Ruling, Running, Verdict, rule
 from ..core.declaration import partition_key
 from ..core.errors import InvalidDeclarationError
 from ..core.footprint import footprints_overlap
 from ..core.identifiers import canonical_table
 from ..core.operations import Operation
-from ..core.profiles import Cell, Profile, footprint_reach, operations_conflict
+from ..core.profiles import Cell, Profile
 from ..core.sqlderive import DerivedWrite, derive_write
 from ..core.sqlread import (
     MAXCOMPUTE_ALTER_FORMS,
@@ -79,6 +80,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                            help="a Spark setting for that session (repeatable; implies --spark)")
     p.add_argument("--against", action="append", default=[], metavar="SQL",
                    help="another SQL job (text, @FILE): may the two run together? (repeatable)")
+    p.add_argument("--commit-gate", action=argparse.BooleanOptionalAction, default=True,
+                   help="for --against: both writes hold their commit at the lease's gate, as occflow's "
+                   "operators do, so a pair clean in one commit order runs together in that order "
+                   "(default); --no-commit-gate: any failing commit order keeps them apart")
     p.add_argument("--format", choices=["text", "json"], default="text")
     p.set_defaults(func=_explain)
 
@@ -97,9 +102,14 @@ class Explained:
         return (*self.derived.why, *self.facts.why(self.derived.operation))
 
     @property
+    def claim(self) -> Claim:
+        """What its lease would claim: the operation on its partitions (or the whole table)."""
+        return Claim(self.profile, self.derived.operation, self.derived.partition_keys())
+
+    @property
     def reach(self) -> frozenset[str] | None:
         """The partitions its commit is validated against (``None``: the whole table)."""
-        return footprint_reach(self.profile, self.derived.operation, self.derived.partition_keys())
+        return self.claim.reach
 
     def to_json(self) -> dict[str, Any]:
         out = dict(self.derived.to_json())
@@ -113,7 +123,7 @@ def _explain(args: argparse.Namespace) -> int:
     table = written_table(sql, maxcompute)
     facts = table_facts(args, table)
     job = explain_job(sql, facts)
-    against = [compare(job, explain_other(read_job(text), facts)) for text in args.against]
+    against = [compare(job, explain_other(read_job(text), facts), commit_gate=args.commit_gate) for text in args.against]
     if args.format == "json":
         out = job.to_json()
         out["conflicts_with"] = conflicts_with(job)
@@ -219,18 +229,26 @@ def explain_other(sql: str, facts: TableFacts) -> Explained | str:
     return explain_job(sql, facts)
 
 
-def compare(job: Explained, other: Explained | str) -> dict[str, Any]:
-    """Whether ``job`` and ``other`` may run together, by the rule admission applies
-    (``leases.model.Claim.blocks``): their footprints' reach overlaps and a matrix says the
-    operations conflict. The reason names what decided: disjoint partitions, an operation whose
-    commit the engine validates against the whole table (delta-rs's appends and OPTIMIZE), or
-    the matrix cells."""
+def compare(job: Explained, other: Explained | str, *, commit_gate: bool = True) -> dict[str, Any]:
+    """Whether ``job`` may start while ``other`` runs, by the one admission rule the lease store
+    and the simulator apply (``core.admission_rule.rule``, ``other`` as the running write).
+    ``commit_gate``: both hold their commit at the lease's gate, as occflow's operators do, so a
+    pair clean in one commit order only runs together with that order held; without it every
+    failing cell keeps them apart.
+
+    ``conflict``: admission keeps them apart (``admission``: ``blocked``); ``admission`` is the
+    ruling (``granted``, ``awaits``: this job's commit waits for the other's, ``holds``: the
+    other's commit waits for this job's, ``blocked``). The reason names what decided: disjoint
+    partitions, an operation whose commit the engine validates against the whole table
+    (delta-rs's appends and OPTIMIZE), the matrix cells, and the commit order kept."""
     if isinstance(other, str):
-        return {"table": other, "conflict": False, "reason": f"writes {other}, not {job.facts.table}"}
-    overlap = footprints_overlap(job.derived.partition_keys(), other.derived.partition_keys())
-    meet = footprints_overlap(job.reach, other.reach)
-    a, b = job.derived.operation, other.derived.operation
-    conflict = meet and operations_conflict(job.profile, a, other.profile, b)
+        return {"table": other, "conflict": False, "admission": Verdict.GRANTED.value, "commit_gate": commit_gate,
+                "reason": f"writes {other}, not {job.facts.table}"}
+    mine, theirs = job.claim, other.claim
+    ruling = rule(mine, [Running("other", theirs, commit_gate)], commit_gate=commit_gate)
+    overlap = footprints_overlap(mine.partitions, theirs.partitions)
+    meet = footprints_overlap(mine.reach, theirs.reach)
+    clash = mine.blocks(theirs)  # a commit order fails (or corrupts the data): the cells decide
     where = f"{_where(job.derived)} vs {_where(other.derived)}"
     if overlap:
         reason = f"their footprints overlap ({where}); {_cells(job, other)}"
@@ -243,12 +261,30 @@ def compare(job: Explained, other: Explained | str) -> dict[str, Any]:
         validated = f"the engine validates the commit of {whole} against the whole table"
         reason = (
             f"their partitions are disjoint ({where}), but the append reach makes them conflict: {validated}; "
-            if conflict else
+            if clash else
             f"their partitions are disjoint ({where}); {validated} (append reach), and the matrix lets both commit: "
         ) + _cells(job, other)
+    if clash:
+        reason += "; " + _ruled(ruling, mine.pairing(theirs), commit_gate)
     out = other.derived.to_json()
-    out.update(profile=other.profile.name, overlap=overlap, conflict=conflict, reason=reason)
+    out.update(profile=other.profile.name, overlap=overlap, conflict=not ruling.granted,
+               admission=ruling.verdict.value, commit_gate=commit_gate, reason=reason)
     return out
+
+
+def _ruled(ruling: Ruling[str], pairing: Pairing, commit_gate: bool) -> str:
+    """What admission does with a pair that fails in some commit order."""
+    if ruling.awaits:
+        return ("admission runs both: this job's commit waits at its gate until the other's lease ends "
+                "(only that commit order is clean)")
+    if ruling.holds:
+        return ("admission runs both: the other's commit waits at its gate until this job's lease ends "
+                "(only that commit order is clean)")
+    if pairing is Pairing.APART:
+        return "admission keeps them apart: neither commit order is clean"
+    if not commit_gate:
+        return "admission keeps them apart: one commit order is clean, but without commit gates it cannot be kept"
+    return "admission keeps them apart: " + "; ".join(b.why for b in ruling.blocked_by)
 
 
 def _cells(job: Explained, other: Explained) -> str:
@@ -331,7 +367,7 @@ def render_text(job: Explained, against: list[dict[str, Any]]) -> str:
         "",
         f"conflicts under {job.profile.name} (on overlapping partitions):",
     ]
-    rows = [
+    rows: list[tuple[str, ...]] = [
         (r["operation"], "conflict" if r["conflicts"] else "-",
          _outcome(_cell(job.profile, d.operation, Operation(r["operation"]))),
          _outcome(_cell(job.profile, Operation(r["operation"]), d.operation)))

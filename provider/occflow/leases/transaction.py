@@ -18,9 +18,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..core.admission_rule import Blocked, Claim, Running, Waiting, closes_cycle, rule
 from . import schema
-from .model import Blocker, Claim, Lease, LeaseRequest
-from .rows import claim_of, columns_of, dump_keys, granted_lease, holder_of, lease_rows, queue_row
+from .model import Blocker, Lease, LeaseRequest
+from .model import Claim as LeaseClaim
+from .rows import columns_of, dump_keys, granted_lease, holder_of, lease_rows, load_keys, queue_row
 from .tries import rule_on_tries
 
 #: The holder's fields every event records (``schema.events``), copied from the row it is about.
@@ -31,9 +33,10 @@ Place = tuple[float, float, str]
 
 
 @dataclass
-class Ruling:
-    """What a decision found: what blocks the request, and (order-aware admission) the live
-    leases its commit must follow (``awaits``) and those whose commits must follow its own
+class LeaseRuling:
+    """The core ruling (``core.admission_rule.rule``) in the store's terms: the ``Blocker``\\ s
+    that keep the request waiting (a list: the store adds the task's earlier tries to it), the
+    live leases its commit must follow (``awaits``) and those whose commits must follow its own
     (``holds``)."""
 
     blockers: list[Blocker]
@@ -43,64 +46,42 @@ class Ruling:
 
 def blockers_of(
     request: LeaseRequest, live: Sequence[Any], waiting: Sequence[Any], place: Place, *, order_aware: bool = False
-) -> Ruling:
-    """The live leases and the waiting requests ahead of ``place`` that block ``request``.
-
-    Order-aware (for a request that holds its commit at the gate): a live lease it blocks in one
-    commit order only is no blocker. Where only lease-then-request is clean the request awaits
-    it (``Claim.may_follow``); where only request-then-lease is clean the lease's commit is held
-    for the request's (``Claim.may_precede``) if that writer holds its commit at the gate and
-    has not reached it yet (about to commit, or waiting there: it is never held back further),
-    and no request waiting ahead waits for that lease (holding its commit would make an earlier
-    request wait longer for a newcomer: first come, first served). A waiting request ahead
-    blocks only a pair no gate can order (the gate orders the others whenever it is granted)."""
-    mine = request.claim
-    gate = order_aware and request.commit_gate
-    ruling = Ruling([], [], [])
+) -> LeaseRuling:
+    """The live leases and the waiting requests ahead of ``place`` that block ``request``, by
+    the one admission rule (``core.admission_rule.rule``; its cycle check is ``without_cycles``,
+    which reads the table's gates). Order-aware only for a request that holds its commit at the
+    gate."""
     ahead = [row for row in waiting
              if row.request_id != request.request_id and (row.queue_key, row.enqueued_at, row.request_id) < place]
-    # The claims waiting ahead that wait for a lease whatever the order (no gate can order them):
-    # a newcomer must not hold that lease's commit, which would make them wait longer for it.
-    ahead_claims = [claim_of(row) for row in ahead] if gate else []
-    for row in live:
-        claim = claim_of(row)
-        if not claim.blocks(mine):
-            continue
-        if gate and mine.may_follow(claim):
-            ruling.awaits.append(row.lease_id)
-        elif (gate and row.commit_gate and row.gate_reached_at is None and mine.may_precede(claim)
-              and not any(_waits_for(w, claim) for w in ahead_claims)):
-            ruling.holds.append(row.lease_id)
-        else:
-            ruling.blockers.append(Blocker("lease", row.lease_id, row.operation, claim.partitions, holder_of(row)))
-    for row in ahead:
-        claim = claim_of(row)
-        # Granted later, it will await this request (it must then hold its commit at the gate)
-        # or hold this request's commit (which this request does).
-        orderable = mine.may_follow(claim) or (row.commit_gate and mine.may_precede(claim))
-        if claim.blocks(mine) and not (gate and orderable):
-            ruling.blockers.append(Blocker("waiting", row.request_id, row.operation, claim.partitions, holder_of(row)))
-    return ruling
+    ruling = rule(
+        claim_of_request(request),
+        [Running(row.lease_id, core_claim_of(row), bool(row.commit_gate), row.gate_reached_at is not None)
+         for row in live],
+        [Waiting(row.request_id, core_claim_of(row), bool(row.commit_gate)) for row in ahead],
+        commit_gate=order_aware and request.commit_gate,
+    )
+    return LeaseRuling(_blockers(ruling.blocked_by, live, ahead), list(ruling.awaits), list(ruling.holds))
 
 
-def _waits_for(waiter: Claim, lease: Claim) -> bool:
-    """Whether ``waiter`` cannot run beside ``lease`` in either commit order: it waits for it."""
-    return lease.blocks(waiter) and not waiter.may_follow(lease) and not waiter.may_precede(lease)
+def core_claim_of(row: Any) -> Claim:
+    """What a lease row or a queue row claims, as the admission rule reads it."""
+    return Claim.of(row.profile, row.operation, load_keys(row.partitions))
 
 
-def reaches(edges: dict[str, set[str]], starts: Sequence[str], targets: set[str]) -> bool:
-    """Whether following ``edges`` (waiter -> the leases it awaits) from ``starts`` reaches a
-    lease in ``targets``."""
-    seen, stack = set(starts), list(starts)
-    while stack:
-        node = stack.pop()
-        if node in targets:
-            return True
-        for nxt in edges.get(node, ()):
-            if nxt not in seen:
-                seen.add(nxt)
-                stack.append(nxt)
-    return False
+def claim_of_request(request: LeaseRequest) -> Claim:
+    return Claim(request.profile, request.operation, request.partitions)
+
+
+def _blockers(blocked: Sequence[Blocked[str]], live: Sequence[Any], ahead: Sequence[Any]) -> list[Blocker]:
+    """The rule's blocked-by keys as the store's ``Blocker``\\ s, naming each row's holder."""
+    leases = {row.lease_id: row for row in live}
+    requests = {row.request_id: row for row in ahead}
+    found = []
+    for b in blocked:
+        row = requests[b.key] if b.waiting else leases[b.key]
+        kind = "waiting" if b.waiting else "lease"
+        found.append(Blocker(kind, b.key, row.operation, load_keys(row.partitions), holder_of(row)))
+    return found
 
 
 @dataclass
@@ -164,17 +145,17 @@ class TableTransaction:
             self.event("dequeue", place, request_id=place.request_id, pid=place.pid)
         return len(expired)
 
-    def lapsed_conflicting(self, claim: Claim, memory: float) -> list[Any]:
+    def lapsed_conflicting(self, claim: Claim | LeaseClaim, memory: float) -> list[Any]:
         """The lapsed leases of the table, remembered for ``memory`` seconds, whose claims
         conflict with ``claim`` either way (their stalled holders must not commit beside it);
         older memories are forgotten here."""
         Z = schema.lapsed
         self.conn.execute(Z.delete().where(Z.c.table_name == self.table, Z.c.lapsed_at < self.now - memory))
         rows = self.conn.execute(sa.select(Z).where(Z.c.table_name == self.table).order_by(Z.c.fence)).all()
+        mine = Claim(claim.profile, claim.operation, claim.partitions)
         found = []
         for row in rows:
-            other = claim_of(row)
-            if claim.blocks(other) or other.blocks(claim):
+            if mine.blocks(core_claim_of(row)):  # the rule's ``blocks`` is symmetric
                 found.append(row)
         return found
 
@@ -243,7 +224,7 @@ class TableTransaction:
             self.event("dequeue", row, request_id=row.request_id, pid=row.pid)
         dropped = {r.request_id for r in ruling.dropped}
         blockers = [
-            Blocker("lease", r.lease_id, r.operation, claim_of(r).partitions, holder_of(r)) for r in ruling.blocking
+            Blocker("lease", r.lease_id, r.operation, load_keys(r.partitions), holder_of(r)) for r in ruling.blocking
         ]
         return live, [r for r in waiting if r.request_id not in dropped], blockers
 
@@ -321,16 +302,15 @@ class TableTransaction:
             edges.setdefault(waiter, set()).add(awaited)
         return edges
 
-    def without_cycles(self, ruling: Ruling, live: Sequence[Any]) -> Ruling:
+    def without_cycles(self, ruling: LeaseRuling, live: Sequence[Any]) -> LeaseRuling:
         """``ruling``, unless holding its ``holds`` would close a cycle of commits waiting for
-        each other (a lease it awaits already waits, through others, for one it would hold):
-        then those block instead. Gates then stay acyclic, so some writer always commits."""
-        if not (ruling.awaits and ruling.holds) or not reaches(self.gate_edges(), ruling.awaits, set(ruling.holds)):
+        each other (``core.admission_rule.closes_cycle`` over the table's gates): then those
+        block instead. Gates then stay acyclic, so some writer always commits."""
+        if not (ruling.awaits and ruling.holds) or not closes_cycle(self.gate_edges(), ruling.awaits, ruling.holds):
             return ruling
         held = set(ruling.holds)
-        blockers = [Blocker("lease", r.lease_id, r.operation, claim_of(r).partitions, holder_of(r))
-                    for r in live if r.lease_id in held]
-        return Ruling(ruling.blockers + blockers, ruling.awaits, [])
+        blockers = _blockers([Blocked(r.lease_id, False, "cycle") for r in live if r.lease_id in held], live, [])
+        return LeaseRuling(ruling.blockers + blockers, ruling.awaits, [])
 
     def pass_gate(self, lease_id: str) -> list[Any]:
         """The live leases ``lease_id``'s commit still waits for. The first call marks the

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import ClassVar, TypeVar
 
+from ..core.admission_rule import Pairing, operation_pairings
 from ..core.errors import InvalidDeclarationError
 from ..core.kinds import Classification
 from ..core.operations import Operation
@@ -42,12 +43,15 @@ def admission_partitions(job: Job) -> tuple[str, ...] | None:
 
 
 def _conflicting(profile: Profile) -> Mapping[Operation, frozenset[Operation]]:
-    """For each operation: the operations that make it, or that it makes, fail (either order)."""
+    """For each operation: the operations it may not run beside unordered (the one admission
+    rule, ``core.admission_rule``: every pairing but ``TOGETHER``)."""
     # Keyed by name: hashing a Profile hashes its whole matrix, on every admission check.
     found = _CONFLICTING.get(profile.name)
     if found is None:
-        ops = profile.operations
-        found = _CONFLICTING[profile.name] = {a: frozenset(b for b in ops if profile.conflicts(a, b)) for a in ops}
+        pairings = operation_pairings(profile)
+        found = _CONFLICTING[profile.name] = {
+            n: frozenset(h for h, p in row.items() if p is not Pairing.TOGETHER) for n, row in pairings.items()
+        }
     return found
 
 
@@ -56,16 +60,16 @@ _CONFLICTING: dict[str, Mapping[Operation, frozenset[Operation]]] = {}
 
 @dataclass(frozen=True)
 class CommitOrder:
-    """What order-aware admission reads from a matrix, for a newcomer's operation ``n`` and a
-    running operation ``h`` on an overlapping footprint (``Profile.commit_is_clean``: that commit order commits
-    both, and the data is right):
+    """The one admission rule's pairings (``core.admission_rule.operation_pairings``) as sets of
+    operations, for the simulator's footprint index: for a newcomer's operation ``n`` and a
+    running operation ``h`` on an overlapping footprint,
 
-    - ``exclusive[n]``: neither order is clean: they never run together;
-    - ``after[n]``: only ``h`` then ``n`` is clean: ``n`` may run, its commit held until ``h``'s
-      lease ends (``h`` committed or released);
-    - ``before[n]``: only ``n`` then ``h`` is clean: ``n`` may run, and ``h``'s commit is held
-      until ``n``'s lease ends.
-    Both orders clean: they run together, nothing is held.
+    - ``exclusive[n]``: ``APART``, neither order is clean: they never run together;
+    - ``after[n]``: ``AFTER``, only ``h`` then ``n`` is clean: ``n`` may run, its commit held
+      until ``h``'s lease ends (``h`` committed or released);
+    - ``before[n]``: ``BEFORE``, only ``n`` then ``h`` is clean: ``n`` may run, and ``h``'s
+      commit is held until ``n``'s lease ends.
+    ``TOGETHER`` (both orders clean): they run together, nothing is held.
     """
 
     exclusive: Mapping[Operation, frozenset[Operation]]
@@ -76,12 +80,13 @@ class CommitOrder:
 def commit_order(profile: Profile) -> CommitOrder:
     found = _ORDER.get(profile.name)
     if found is None:
-        ops = profile.operations
-        clean = {(a, b): profile.commit_is_clean(a, b) for a in ops for b in ops}
+        pairings = operation_pairings(profile)
+
+        def having(pairing: Pairing) -> dict[Operation, frozenset[Operation]]:
+            return {n: frozenset(h for h, p in row.items() if p is pairing) for n, row in pairings.items()}
+
         found = _ORDER[profile.name] = CommitOrder(
-            exclusive={n: frozenset(h for h in ops if not clean[h, n] and not clean[n, h]) for n in ops},
-            after={n: frozenset(h for h in ops if clean[h, n] and not clean[n, h]) for n in ops},
-            before={n: frozenset(h for h in ops if clean[n, h] and not clean[h, n]) for n in ops},
+            exclusive=having(Pairing.APART), after=having(Pairing.AFTER), before=having(Pairing.BEFORE)
         )
     return found
 
@@ -178,7 +183,7 @@ class FootprintIndex:
 class Admission:
     name = "none"
     #: Order-aware only: whether a newcomer that must commit first may join a running job, whose
-    #: commit is then held until the newcomer's lease ends (``Claim.may_precede`` in the store).
+    #: commit is then held until the newcomer's lease ends (``Pairing.BEFORE``, ``core.admission_rule``).
     commit_ahead = False
     #: Whether ``admits`` looks at the two ``FootprintIndex``es (else the simulator need not fill them).
     reads_footprints: ClassVar[bool] = True

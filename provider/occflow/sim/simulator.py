@@ -26,8 +26,9 @@ import heapq
 import itertools
 import random
 from collections import Counter, OrderedDict
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 
+from ..core.admission_rule import Claim, Running, rule
 from ..core.kinds import Classification
 from ..core.operations import Operation
 from ..core.policy import Action
@@ -85,6 +86,24 @@ class _Live:
         # release before this one commits; ``computed`` >= 0 while its finished attempt waits.
         self.gates: set[int] = set()
         self.computed = -1.0
+
+
+class _Gates(Mapping[int, Collection[int]]):
+    """The running jobs' commit gates as the rule reads them: job -> the jobs it awaits."""
+
+    __slots__ = ("live",)
+
+    def __init__(self, live: dict[int, _Live]) -> None:
+        self.live = live
+
+    def __getitem__(self, index: int) -> Collection[int]:
+        return self.live[index].gates
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.live)
+
+    def __len__(self) -> int:
+        return len(self.live)
 
 
 class _Tally:
@@ -237,11 +256,12 @@ class _Simulation:
                 refused.add(index)
                 continue
             job = jobs[index]
+            edges: tuple[list[int], list[int]] | None = None  # set only where commits are held
             if admission.admits(job, running, per_table, blocked) and (
                     not self.holds_commits or (edges := self.commit_edges(index, job)) is not None):
                 admitted.append((priority, index))
                 self.admit(index, index in refused or ready <= self.full_mark)
-                if self.holds_commits:
+                if edges is not None:
                     self.gate(index, job, *edges)
                 if not self.free:
                     break
@@ -279,45 +299,33 @@ class _Simulation:
             self.start(index)
 
     def commit_edges(self, index: int, job: Job) -> tuple[list[int], list[int]] | None:
-        """Order-aware admission: the leases ``job`` must commit after and those that must commit
-        after it (running jobs on an overlapping footprint clean in that order only); None if
-        holding them would close a cycle of commits waiting for each other.
+        """Order-aware admission by the one rule (``core.admission_rule.rule``): the leases
+        ``job`` must commit after and those that must commit after it; None if the rule refuses
+        (a lease it must commit ahead of already waits at its gate, or an earlier waiting job
+        waits for that lease, or holding it would close a cycle of commit gates).
 
-        A lease whose attempt already waits at its gate is never held back further: a job that
-        must commit before it is refused (so a stream of newcomers cannot starve it). Nor is a
-        lease an earlier waiting job waits for (in both commit orders): holding its commit
-        would make that job wait longer for a newcomer (first come, first served)."""
-        order = commit_order(self.profiles[job.table])
+        ``admits`` has already refused a job that pairs ``APART`` with a running or an earlier
+        waiting job (the footprint indexes read the same rule): only the running jobs it may be
+        ordered with are handed to the rule, and the waiting queue is asked through its index."""
+        profile = self.profiles[job.table]
+        order = commit_order(profile)
         after, before = order.after[job.operation], order.before[job.operation]
-        first: list[int] = []
-        then: list[int] = []
         if not after and not before:
-            return first, then
+            return [], []
         jobs, live, mine = self.jobs, self.live, footprint(job)
-        for other in self.leases[job.table]:
-            op = jobs[other].operation
-            if (op in after or op in before) and overlap(mine, live[other].footprint):
-                if op in after:
-                    first.append(other)
-                elif live[other].computed >= 0 or not self.commit_ahead:
-                    return None
-                elif self.blocked.conflicts(jobs[other], "exclusive"):
-                    # An earlier request waits for ``other``'s lease: holding its commit would make
-                    # that request wait longer for a newcomer (first come, first served).
-                    return None
-                else:
-                    then.append(other)
-        if first and then:
-            # ``first`` -> job -> ``then`` closes a cycle if some of ``then`` already precedes some of ``first``.
-            targets, seen, stack = set(first), set(then), list(then)
-            while stack:
-                for nxt in self.waiters.get(stack.pop(), ()):
-                    if nxt in targets:
-                        return None
-                    if nxt not in seen:
-                        seen.add(nxt)
-                        stack.append(nxt)
-        return first, then
+        ordered = [
+            Running(other, Claim(profile, jobs[other].operation, live[other].footprint), True, live[other].computed >= 0)
+            for other in self.leases[job.table]
+            if (jobs[other].operation in after or jobs[other].operation in before)
+            and overlap(mine, live[other].footprint)
+        ]
+        if not ordered:
+            return [], []
+        ruling = rule(
+            Claim(profile, job.operation, mine), ordered, commit_gate=True, gates=_Gates(live),
+            commit_ahead=self.commit_ahead, waited_for=lambda other: self.blocked.conflicts(jobs[other], "exclusive"),
+        )
+        return (list(ruling.awaits), list(ruling.holds)) if ruling.granted else None
 
     def gate(self, index: int, job: Job, first: list[int], then: list[int]) -> None:
         """Hold ``job``'s commit until ``first`` have committed or released, and ``then``'s
