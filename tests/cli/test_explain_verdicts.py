@@ -13,7 +13,7 @@ from explain_cli import run
 
 from occflow.cli.explain import compare, explain_job, explain_other
 from occflow.core.tablefacts import TableFacts
-from occflow.leases.model import Claim
+from occflow.core.admission_rule import Claim
 
 # One statement per operation, on one day, another day, or the whole table.
 JOBS = {

@@ -6,7 +6,9 @@ See docs/admission.md. ``LeaseStore.from_url(url)`` on SQLite (embedded default)
 
 from __future__ import annotations
 
+from ..core.admission_rule import Claim
 from ..core.footprint import footprints_overlap, parse_partition_key
+from ..core.profiles import operations_conflict
 from .admission import TaskAdmission, cached_store, holder_of
 from .config import default_url, make_engine, resolve_store_url, store_url, url_from_connection_uri
 from .keeper import LeaseKeeper
@@ -15,7 +17,6 @@ from .model import (
     AdmissionPriorities,
     AdmissionTimeout,
     Blocker,
-    Claim,
     GateTimeout,
     Holder,
     Lease,
@@ -26,7 +27,6 @@ from .model import (
     LeaseStoreUnavailable,
     NotAdmittedError,
     checked_seconds,
-    operations_conflict,
 )
 from .store import LeaseStore
 from .wakeup import Watch

@@ -21,8 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.admission_rule import Claim
 from ..core.profiles import get_profile
-from .model import Claim
 
 #: The events that end a lease: let go, reclaimed after it lapsed, and (in histories recorded
 #: before a retry had to wait for its earlier try's lease to lapse) taken over by a later try.
@@ -53,7 +53,7 @@ def _gated_cleanly(earlier: Mapping[str, Any], later: Mapping[str, Any]) -> bool
 
 
 def _awaits(event: Mapping[str, Any], field: str = "awaits") -> list[str]:
-    return json.loads(event.get(field) or "[]")
+    return [str(lease_id) for lease_id in json.loads(event.get(field) or "[]")]
 
 
 def _check_pass(e: Mapping[str, Any], live: Mapping[str, Mapping[str, Any]]) -> Violation | None:

@@ -21,12 +21,13 @@ from typing import Any
 
 import pendulum
 
+from ..core.admission_rule import Claim
 from ..core.declaration import WriteDeclaration, partition_key
 from ..core.errors import InvalidDeclarationError, InvalidFootprintError, OccflowError
-from ..core.footprint import footprints_overlap, parse_partition_key
+from ..core.footprint import parse_partition_key
 from ..core.identifiers import canonical_table, is_canonical_location, shown
 from ..core.operations import Operation
-from ..core.profiles import Profile, footprint_reach, get_profile, operations_conflict
+from ..core.profiles import Profile, get_profile
 
 WHOLE_TABLE = "*"
 #: Control characters (NUL above all, which PostgreSQL refuses) and lone surrogates (no
@@ -104,7 +105,7 @@ def checked_int(what: str, value: object, *, at_least: int = 0, at_most: int = M
 def normalise_partition_keys(partitions: Iterable[str | Mapping[str, Any]]) -> frozenset[str]:
     """Partition keys from keys or ``{column: value}`` mappings; validated and canonical."""
     if isinstance(partitions, (str, bytes, Mapping)):
-        partitions = [partitions]  # type: ignore[list-item]
+        partitions = [partitions]
     keys: set[str] = set()
     for item in partitions:
         if isinstance(item, Mapping):
@@ -116,51 +117,6 @@ def normalise_partition_keys(partitions: Iterable[str | Mapping[str, Any]]) -> f
             "empty footprint: name at least one partition, or ask for the whole table (whole_table=True)"
         )
     return frozenset(keys)
-
-
-@dataclass(frozen=True)
-class Claim:
-    """What a lease or a waiting request claims: an operation on a footprint, under a profile."""
-
-    profile: Profile
-    operation: Operation
-    partitions: frozenset[str] | None  # None = the whole table
-
-    @classmethod
-    def of(cls, profile: str | Profile, operation: str | Operation, partitions: frozenset[str] | None) -> Claim:
-        """From stored values (a row's profile name and operation value)."""
-        return cls(get_profile(profile), Operation(operation), partitions)
-
-    def blocks(self, other: Claim) -> bool:
-        """Whether the two must not run together: their footprints overlap and the matrices
-        say the operations conflict. The one rule admission, the conflict-free sensor and the
-        history checker apply. A footprint reaches the whole table where the engine validates
-        the operation against every file (``footprint_reach``)."""
-        mine = footprint_reach(self.profile, self.operation, self.partitions)
-        theirs = footprint_reach(other.profile, other.operation, other.partitions)
-        return footprints_overlap(mine, theirs) and operations_conflict(
-            self.profile, self.operation, other.profile, other.operation
-        )
-
-    def may_follow(self, earlier: Claim) -> bool:
-        """Order-aware admission: whether this claim (a newcomer) may run beside ``earlier`` (a
-        live lease that ``blocks`` it) with its commit held until ``earlier``'s lease ends. Only
-        where both are under one profile and, of the two commit orders, only ``earlier`` then
-        this one is clean (the later commits and the data is right): the cell read directly,
-        in both orders. Anything else (two profiles, an unknown operation) is not gated."""
-        if self.profile.name != earlier.profile.name:
-            return False
-        profile, mine, theirs = self.profile, self.operation, earlier.operation
-        if mine not in profile.operations or theirs not in profile.operations:
-            return False
-        return profile.commit_is_clean(theirs, mine) and not profile.commit_is_clean(mine, theirs)
-
-    def may_precede(self, later: Claim) -> bool:
-        """Order-aware admission, the other way round: whether this claim (a newcomer) may run
-        beside ``later`` (a live lease that ``blocks`` it) with ``later``'s commit held until
-        this one's lease ends: one profile, and only this-then-``later`` is clean."""
-        return later.may_follow(self)
-
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..core.admission_rule import Claim
 from ..core.footprint import parse_partition_key
 from ..core.operations import Operation
 from ..core.ranges import ValueRange
 from . import schema
 from .model import (
     WHOLE_TABLE,
-    Claim,
     Holder,
     Lease,
     LeaseRequest,

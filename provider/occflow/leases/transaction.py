@@ -21,8 +21,7 @@ from sqlalchemy.engine import Connection
 from ..core.admission_rule import Blocked, Claim, Running, Waiting, closes_cycle, rule
 from . import schema
 from .model import Blocker, Lease, LeaseRequest
-from .model import Claim as LeaseClaim
-from .rows import columns_of, dump_keys, granted_lease, holder_of, lease_rows, load_keys, queue_row
+from .rows import claim_of, columns_of, dump_keys, granted_lease, holder_of, lease_rows, load_keys, queue_row
 from .tries import rule_on_tries
 
 #: The holder's fields every event records (``schema.events``), copied from the row it is about.
@@ -55,17 +54,12 @@ def blockers_of(
              if row.request_id != request.request_id and (row.queue_key, row.enqueued_at, row.request_id) < place]
     ruling = rule(
         claim_of_request(request),
-        [Running(row.lease_id, core_claim_of(row), bool(row.commit_gate), row.gate_reached_at is not None)
+        [Running(row.lease_id, claim_of(row), bool(row.commit_gate), row.gate_reached_at is not None)
          for row in live],
-        [Waiting(row.request_id, core_claim_of(row), bool(row.commit_gate)) for row in ahead],
+        [Waiting(row.request_id, claim_of(row), bool(row.commit_gate)) for row in ahead],
         commit_gate=order_aware and request.commit_gate,
     )
     return LeaseRuling(_blockers(ruling.blocked_by, live, ahead), list(ruling.awaits), list(ruling.holds))
-
-
-def core_claim_of(row: Any) -> Claim:
-    """What a lease row or a queue row claims, as the admission rule reads it."""
-    return Claim.of(row.profile, row.operation, load_keys(row.partitions))
 
 
 def claim_of_request(request: LeaseRequest) -> Claim:
@@ -145,17 +139,16 @@ class TableTransaction:
             self.event("dequeue", place, request_id=place.request_id, pid=place.pid)
         return len(expired)
 
-    def lapsed_conflicting(self, claim: Claim | LeaseClaim, memory: float) -> list[Any]:
+    def lapsed_conflicting(self, claim: Claim, memory: float) -> list[Any]:
         """The lapsed leases of the table, remembered for ``memory`` seconds, whose claims
         conflict with ``claim`` either way (their stalled holders must not commit beside it);
         older memories are forgotten here."""
         Z = schema.lapsed
         self.conn.execute(Z.delete().where(Z.c.table_name == self.table, Z.c.lapsed_at < self.now - memory))
         rows = self.conn.execute(sa.select(Z).where(Z.c.table_name == self.table).order_by(Z.c.fence)).all()
-        mine = Claim(claim.profile, claim.operation, claim.partitions)
         found = []
         for row in rows:
-            if mine.blocks(core_claim_of(row)):  # the rule's ``blocks`` is symmetric
+            if claim.blocks(claim_of(row)):  # the rule's ``blocks`` is symmetric
                 found.append(row)
         return found
 
