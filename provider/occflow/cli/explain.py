@@ -25,6 +25,7 @@ from typing import Any
 
 from ..core.admission_rule import Claim, Pairing, Ruling, Running, Verdict, rule
 from ..core.declaration import partition_key
+from ..core.engines import table_kind, table_kinds
 from ..core.errors import InvalidDeclarationError
 from ..core.footprint import footprints_overlap
 from ..core.identifiers import canonical_table
@@ -46,15 +47,6 @@ from ..engines import spark as spark_engine  # its modules load on first use (--
 from ..engines.maxcompute.sql import read_maxcompute_write
 from . import SUBCOMMANDS
 
-#: ``--table-format`` values: a table format, or the engine / table kind it implies.
-TABLE_FORMATS: dict[str, tuple[str, str | None, dict[str, str]]] = {
-    "delta": ("delta", None, {}),
-    "delta-rs": ("delta", "delta-rs", {}),
-    "iceberg": ("iceberg", None, {}),
-    "maxcompute": ("maxcompute", None, {}),
-    "maxcompute-transactional": ("maxcompute", None, {"transactional": "true"}),
-}
-
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
@@ -66,7 +58,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("sql", help="the SQL job: its text, @FILE to read it from a file, or - for stdin")
     given = p.add_argument_group("the table, as given")
-    given.add_argument("--table-format", choices=list(TABLE_FORMATS), help="the table's format (or engine)")
+    given.add_argument("--table-format", choices=list(table_kinds()), help="the table's format (or engine)")
     given.add_argument("--partition-columns", default="", metavar="COL,COL", help="identity partition columns")
     given.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
                        help="a table property, e.g. delta.isolationLevel=Serializable (repeatable)")
@@ -119,7 +111,7 @@ class Explained:
 
 def _explain(args: argparse.Namespace) -> int:
     sql = read_job(args.sql)
-    maxcompute = args.table_format is not None and TABLE_FORMATS[args.table_format][0] == "maxcompute"
+    maxcompute = args.table_format is not None and table_kind(args.table_format).table_format == "maxcompute"
     table = written_table(sql, maxcompute)
     facts = table_facts(args, table)
     job = explain_job(sql, facts)
@@ -184,9 +176,9 @@ def table_facts(args: argparse.Namespace, table: str) -> TableFacts:
             raise InvalidDeclarationError(f"cannot read the Delta table at {args.delta_location}: {exc}") from exc
     if spark:
         return spark_engine.spark_table_facts(spark_session(pairs(args.spark_conf, "--spark-conf")), table)
-    table_format, engine, implied = TABLE_FORMATS[args.table_format]
+    kind = table_kind(args.table_format)
     columns = tuple(c.strip() for c in args.partition_columns.split(",") if c.strip())
-    return TableFacts(table, table_format, engine, columns, {**implied, **pairs(args.property, "--property")})
+    return TableFacts(table, kind.table_format, kind.engine, columns, {**kind.properties, **pairs(args.property, "--property")})
 
 
 def spark_session(conf: dict[str, str]) -> Any:
