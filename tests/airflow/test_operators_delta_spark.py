@@ -148,6 +148,31 @@ with DAG("delta_spark_fail_fast", schedule=None, start_date=pendulum.datetime(20
 '''
 
 
+FEATURE_DAG = GATED + '''
+
+@task
+def require_a_future_feature():
+    # The table's protocol, committed by hand into its own log: a writer feature no delta-spark has.
+    import delta_spark_submit_jobs as jobs
+
+    spark = spark_engine(CONFIG).session()
+    location = spark.sql(f"DESCRIBE DETAIL {{T}}").collect()[0]["location"]
+    jobs.require_future_writer_feature(location.removeprefix("file:"))
+
+
+def append_day(spark, job):
+    spark.sql(f"INSERT INTO {{T}} VALUES (70, '{{job.params['ds']}}', 7)")
+
+
+with DAG("delta_spark_future_feature", schedule=None, start_date=pendulum.datetime(2024, 1, 1)):
+    append = SparkWriteOperator(
+        task_id="append_day", table="default.{table}", table_format="delta", spark_config=CONFIG,
+        operation="insert_into", partitions={{"ds": "2024-01-02"}}, job=append_day, retries=3,
+    )
+    create_table() >> require_a_future_feature() >> append >> table_content()
+'''
+
+
 @pytest.fixture(scope="module")
 def delta_dags(airflow_home: Path, dag_folder: Path) -> Iterator[Any]:
     pytest.importorskip("pyspark")
@@ -200,3 +225,23 @@ def test_a_misused_delta_transaction_id_fails_fast_without_airflow_retries(delta
     assert conflict["kind"] == "concurrent_transaction"
     assert "io.delta.exceptions.ConcurrentTransactionException" in str(conflict["error"]), conflict
     assert [d["action"] for d in report["decisions"]] == ["fail"]
+
+
+def test_an_in_process_write_to_a_table_needing_a_feature_the_jar_lacks_fails_fast_naming_it(
+    delta_dags, tmp_path
+) -> None:
+    """Bad input, in-process (``SparkWriteOperator``): delta-spark refuses the write
+    (``DELTA_UNSUPPORTED_FEATURES_FOR_WRITE``); the task fails on its first try with its 3
+    retries unused, names the feature, and nothing is added to the table's log."""
+    import delta_spark_submit_jobs
+
+    run = delta_dags(FEATURE_DAG, tmp_path, "future_events")
+    task = run["tasks"]["append_day"]
+    assert task["state"] == "failed" and task["tries"] == 1, run
+    report = task["xcom"].get("occflow_report")
+    assert report is not None, task["xcom"]
+    assert report["attempts"] == 1 and not report["conflicts"], report
+    assert delta_spark_submit_jobs.FUTURE_FEATURE in report["error"] and "a retry cannot change that" in report["error"]
+    content = run["tasks"]["table_content"]["xcom"]["return_value"]
+    assert [(v, op) for v, op, _ in content["history"]] == [(0, "CREATE TABLE"), (1, "WRITE"), (2, "UPGRADE PROTOCOL")]
+    assert not any(r[0] == 70 for r in content["rows"])

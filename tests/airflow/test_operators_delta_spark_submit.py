@@ -290,12 +290,6 @@ def test_table_commit_sensor_sees_a_delta_spark_commit_by_its_version_and_partit
     assert found["partitions"] == ["ds=2024-01-02"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the Delta log reader the sensor uses (engines/deltars/commits.py delta_table_commits) takes the "
-    "tag from commitInfo's top-level 'occflow.*' keys (delta-rs' commit properties) and not from "
-    "commitInfo.userMetadata, where delta-spark carries it: the sensor never matches a delta-spark commit",
-)
 def test_table_commit_sensor_finds_the_commit_a_delta_spark_write_made_by_its_tag(sensed) -> None:
     written = sensed["tasks"]["append_day"]["xcom"]["return_value"]
     assert written["version"] == 2, written

@@ -3,7 +3,10 @@ one log parser (``log.parse_commit``): what ``TableCommitSensor`` watches."""
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from ..commits import Commit, local_table_path, partition_key_of
 from .log import parse_commit
@@ -23,9 +26,29 @@ def delta_table_commits(location: str) -> list[Commit]:
             continue
         logged = parse_commit(int(match.group(1)), entry.read_text())
         parts = {partition_key_of(f.partition) for f in (*logged.added, *logged.removed) if f.partition}
-        metadata = {k: str(v) for k, v in logged.info.items() if k.startswith("occflow.")}
+        metadata = _occflow_tag(logged.info)
         commits.append(Commit(logged.version, logged.operation, None, frozenset(parts), metadata))
     return commits
+
+
+def _occflow_tag(info: Mapping[str, Any]) -> dict[str, str]:
+    """occflow's tag in a commit's ``commitInfo``: top-level ``occflow.*`` keys where delta-rs
+    wrote it (commit properties), else the JSON object in ``userMetadata`` where delta-spark
+    carries it (``spark.databricks.delta.commitInfo.userMetadata``). One Delta log, whichever
+    engine committed: a sensor waits for a tag whoever wrote the commit."""
+    tag = {k: str(v) for k, v in info.items() if k.startswith("occflow.")}
+    if tag:
+        return tag
+    user = info.get("userMetadata")
+    if not isinstance(user, str):
+        return {}
+    try:
+        data = json.loads(user)
+    except ValueError:  # a user's own free text, not occflow's tag
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: str(v) for k, v in data.items() if isinstance(k, str) and k.startswith("occflow.")}
 
 
 __all__ = ["delta_table_commits"]

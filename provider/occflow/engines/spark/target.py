@@ -23,6 +23,7 @@ from ..outcome import WriteOutcome
 from ..target import AttemptContext
 from .attempt_fence import attempt_window, in_session
 from .ddl import create_table_sql
+from .delta_spark import unsupported_table_features
 from .facts import ENGINES as FACT_FORMATS
 from .facts import spark_table_facts
 from .iceberg import IcebergFormat
@@ -97,6 +98,9 @@ class SparkTarget:
         refused = commit_refusal(outcome)
         if refused is not None:  # nothing was committed: the flow's lease-loss path, not a conflict
             raise LeaseNotLive(f"the write did not commit (refused inside its commit): {refused}", attempt.fence)
+        unsupported = None if outcome.committed else unsupported_table_features(self.table, outcome.error)
+        if unsupported is not None:  # the table needs a newer delta-spark than this session's: never retried
+            raise unsupported
         if fence is None:
             return outcome
         return replace(outcome, tag={**outcome.tag, LEASE_CHECKED_AT: fence.checked_at})
