@@ -16,7 +16,14 @@ from pathlib import Path
 import pytest
 
 from occflow.leases import LeaseStore
-from occflow.leases.history import check_history, unreleased, unserved
+from occflow.leases.history import check_history, unreleased
+
+
+def unserved(events, request_ids) -> set[str]:
+    """The requests among ``request_ids`` that the store's history never granted."""
+    granted = {e["request_id"] for e in events if e["kind"] == "grant"}
+    return set(request_ids) - granted
+
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 TABLES = (("db.orders", "maxcompute-standard"), ("db.events", "maxcompute-transactional"), ("db.clicks", "maxcompute-standard"))

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -456,8 +456,3 @@ RENDERERS: dict[str, Callable[[ConformanceReport], str]] = {
     "markdown": render_markdown,
 }
 
-
-def iter_rows(report: ConformanceReport) -> Iterator[ConformanceRow]:
-    for result in report.results:
-        for comp in result.comparisons:
-            yield from comp.rows

@@ -115,12 +115,6 @@ def check_history(events: Iterable[Mapping[str, Any]]) -> list[Violation]:
     return violations
 
 
-def unserved(events: Iterable[Mapping[str, Any]], request_ids: Iterable[str]) -> set[str]:
-    """The requests among ``request_ids`` that were never granted."""
-    granted = {e["request_id"] for e in events if e["kind"] == "grant"}
-    return set(request_ids) - granted
-
-
 def unreleased(events: Iterable[Mapping[str, Any]]) -> set[str]:
     """Leases granted and neither released nor reclaimed."""
     open_: set[str] = set()

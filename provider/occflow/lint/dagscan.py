@@ -15,7 +15,6 @@ import os
 import pickle
 import sys
 import warnings
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -294,6 +293,3 @@ def _mapped_instances(expanded: Any) -> list[dict[str, Any]]:
     # Mapped over other arguments (the data, the job): every instance writes the same footprint.
     return [{_UNKNOWN: True}] if expanded else [{}]
 
-
-def describe_tasks(tasks: Sequence[DeclaredTask]) -> list[str]:
-    return [f"{t.ident}: {t.write.operation.value} on {t.write.table}" for t in tasks]

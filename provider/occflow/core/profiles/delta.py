@@ -365,7 +365,6 @@ REORG_UPGRADE = (
 CC_ADDED = "ConflictChecker.checkForAddedFilesThatShouldHaveBeenReadByCurrentTxn"
 CC_DEL_READ = "ConflictChecker.checkForDeletedFilesAgainstCurrentTxnReadFiles"
 CC_BLIND = "ConflictChecker.getFirstFileMatchingPartitionPredicates: a blind append reads nothing, no check fails"
-CC_NONE = "ConflictChecker: the winner removed nothing the later job read or removed, no check fails"
 OT_SI = "OptimisticTransaction.canDowngradeToSnapshotIsolation: OPTIMIZE (dataChange=false) skips the added-files check"
 
 

@@ -20,7 +20,6 @@ from ...core.errors import InvalidDeclarationError
 # rather than escaped, so a name never carries SQL.
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _COMPARATORS = frozenset({"=", "!=", "<", "<=", ">", ">="})
-_COMMIT_ID_KEY = "occflow.commit_id"
 
 Literal = str | int | float | bool | decimal.Decimal | dt.date | dt.datetime
 
