@@ -564,35 +564,49 @@ def _order(a: str, b: str) -> int | None:
     return (left > right) - (left < right)  # type: ignore[operator]
 
 
-def value_holds(constraint: Any, raw: str | None) -> bool:
+def _text_order(a: str, b: str) -> int | None:
+    return (a > b) - (a < b)
+
+
+def value_holds(constraint: Any, raw: str | None, spelled_type: str | None = None, nulls_below: bool = False) -> bool:
     """Whether a derived spec's constraint (a canonical value or a range) holds the partition
-    value ``raw`` the engine recorded (``None``: a null partition, which no literal names)."""
+    value ``raw`` the engine recorded (``None``: a null partition, which no literal names).
+    ``spelled_type``: the column's type; a STRING column's values order as text (``'07' < '1'``),
+    whatever digits they hold. ``nulls_below``: the engine orders NULL below every value when it
+    finds files (Iceberg: ``p < 8`` rewrites the files of ``p = NULL``), and a range open below
+    holds the NULL partition, as docs/derivation.md reads such a key."""
     if raw is None:
-        return False
+        return nulls_below and not isinstance(constraint, str) and constraint.lower is None
     value = canonical_value("value", raw)
     if isinstance(constraint, str):
         return value == constraint
+    textual = spelled_type is not None and spelled_type.lower() in ("string", "varchar", "char")
+    order_of = _text_order if textual else _order
     lower, upper = constraint.lower, constraint.upper
     if lower is not None:
-        order = _order(value, str(lower))
+        order = order_of(value, str(lower))
         if order is not None and (order < 0 or (order == 0 and not constraint.lower_inclusive)):
             return False
     if upper is not None:
-        order = _order(value, str(upper))
+        order = order_of(value, str(upper))
         if order is not None and (order > 0 or (order == 0 and not constraint.upper_inclusive)):
             return False
     return True
 
 
-def outside(derived: DerivedWrite, touched: set[Partition]) -> set[Partition]:
-    """The touched partitions the derived footprint does not hold."""
+def outside(derived: DerivedWrite, touched: set[Any], columns: Sequence[str] = PARTITION_COLUMNS,
+            column_types: Mapping[str, str] | None = None, nulls_below: bool = False) -> set[Any]:
+    """The touched partitions the derived footprint does not hold (``columns``: the table's
+    partition columns, in the order of the touched tuples; ``column_types``: their types;
+    ``nulls_below``: see ``value_holds``)."""
     if derived.partitions is None:
         return set()
     found = set()
     for partition in touched:
-        values = dict(zip(PARTITION_COLUMNS, partition, strict=True))
+        values = dict(zip(columns, partition, strict=True))
         held = any(
-            all(value_holds(constraint, values[column.lower()]) for column, constraint in spec.items())
+            all(value_holds(constraint, values[column.lower()], (column_types or {}).get(column.lower()), nulls_below)
+                for column, constraint in spec.items())
             for spec in derived.partitions
         )
         if not held:
@@ -611,6 +625,14 @@ class Engine(Protocol):
     name: str
     #: The engine as ``derive_write(..., engine=)`` names it (``core.tablefacts.ENGINES``).
     engine: str
+    #: The table's partition columns (the order of a touched tuple) and their types as the
+    #: engine's schema names them: what ``TableFacts.partition_column_types`` would hold.
+    columns: tuple[str, ...]
+    column_types: Mapping[str, str]
+    #: The partitions of the base table, as a touched tuple spells them (for counting "wider").
+    base_partitions: tuple[tuple[str | None, ...], ...]
+    #: Whether the engine's file finding orders NULL below every value (``value_holds``).
+    nulls_below: bool
 
     def touched(self, statement: Statement) -> set[Partition]:
         """Run ``statement`` from the base table state; the partitions of every file it added or
@@ -633,6 +655,10 @@ class IcebergOnSpark:
 
     name = "iceberg"
     engine = "spark-iceberg"
+    nulls_below = True
+    columns: tuple[str, ...] = PARTITION_COLUMNS
+    column_types: Mapping[str, str] = {"ds": "string", "region": "string"}
+    base_partitions: tuple[tuple[str | None, ...], ...] = FILLED
 
     def __init__(self, spark: Any, database: str = "lake.db", prefix: str = "fz") -> None:
         self.spark = spark
@@ -703,6 +729,10 @@ class DeltaRs:
 
     name = "deltars"
     engine = "delta-rs"
+    nulls_below = False  # delta-kernel prunes NULL partitions exactly (core.sqlfilefinding)
+    columns: tuple[str, ...] = PARTITION_COLUMNS
+    column_types: Mapping[str, str] = {"ds": "string", "region": "string"}
+    base_partitions: tuple[tuple[str | None, ...], ...] = FILLED
 
     def __init__(self, workdir: Path) -> None:
         import pyarrow as pa  # optional heavy dependency
@@ -739,7 +769,7 @@ class DeltaRs:
         except Exception as exc:  # delta-rs raises its own, DataFusion's and Arrow's errors
             first = str(exc).splitlines()[0][:300] if str(exc) else ""
             raise Rejected(f"{type(exc).__name__}: {first}") from None
-        touched: set[Partition] = set()
+        touched: set[Any] = set()
         log = path / "_delta_log"
         version = self.base_version + 1
         while (log / f"{version:020d}.json").exists():
@@ -747,10 +777,12 @@ class DeltaRs:
                 action = json.loads(line)
                 for key in ("add", "remove"):
                     if key in action:
-                        values = action[key].get("partitionValues") or {}
-                        touched.add((values.get("ds"), values.get("region")))
+                        touched.add(self._partition(action[key].get("partitionValues") or {}))
             version += 1
         return touched
+
+    def _partition(self, values: Mapping[str, str | None]) -> tuple[str | None, ...]:
+        return (values.get("ds"), values.get("region"))
 
     def _run(self, statement: Statement, table: Any, write: Callable[..., Any], path: str) -> None:
         if isinstance(statement, Delete):
@@ -784,6 +816,274 @@ class DeltaRs:
             raise AssertionError(f"delta-rs runs no {type(statement).__name__}")
 
 
+# ---------------------------------------------------------------- typed partition columns (issue 33)
+
+#: A second table whose partition columns have types, and the spellings of a value the engines
+#: cast (issue 33, item 5): text for a number on INT (``'07'``, ``' 7'``, ``'+7'``), partial and
+#: unpadded days on DATE, BOOLEAN's ``1`` / ``'yes'`` / ``'t'``, numbers on a STRING holding digits.
+TYPED_COLUMNS = ("p", "d", "b", "hh")
+TYPED_TYPES: Mapping[str, str] = {"p": "int", "d": "date", "b": "boolean", "hh": "string"}
+TypedPartition = tuple[int | None, str | None, bool | None, str | None]
+#: The partitions that hold rows; one with a NULL ``p``, and ``hh`` holding ``'07'``, ``'7'``, ``' 7'``.
+TYPED_PARTITIONS: tuple[TypedPartition, ...] = (
+    (7, "2024-01-01", True, "07"), (7, "2024-01-01", False, "7"), (8, "2024-05-01", True, " 7"),
+    (10, "2024-05-01", False, "10"), (70, "2024-01-02", True, "07"), (None, "2024-01-01", True, "7"),
+)
+TypedRow = tuple[int, int | None, str | None, bool | None, str | None, int]
+#: (id, p, d, b, hh, v): two rows per partition, ids 1.. in partition order, v = id % 5.
+TYPED_ROWS: tuple[TypedRow, ...] = tuple(
+    (i + 1, *part, (i + 1) % 5) for i, part in enumerate(p for p in TYPED_PARTITIONS for _ in range(2))
+)
+TYPED_IDS = tuple(row[0] for row in TYPED_ROWS)
+
+#: Each column's literals, as a write may spell them: (spelling, weight). Spellings an engine
+#: refuses are kept (a refusal is counted, not checked); ``{day}`` / ``{n}`` are filled in.
+TYPED_LITERALS: Mapping[str, tuple[str, ...]] = {
+    "p": ("7", "8", "10", "'07'", "' 7'", "'7'", "'+7'", "'08'", "'010'", "7.0", "'7.0'", "70", "'x'", "9"),
+    "d": ("'2024-01-01'", "'2024-1-1'", "'2024-05-01'", "'2024-5-1'", "'2024-01'", "'2024-05'", "'2024'",
+          "DATE '2024-01-01'", "'2024-01-02'", "'2024-01-01 00:00:00'", "'2024-01-03'"),
+    "b": ("true", "false", "1", "0", "'yes'", "'t'", "'f'", "'true'", "'no'", "'1'", "'on'"),
+    "hh": ("'07'", "'7'", "' 7'", "'10'", "7", "10", "'08'", "8", "07"),
+}
+
+
+def _typed_sql(value: object) -> str:
+    """A typed row's value as a Spark SQL literal of the column's type."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, str) and len(value) == 10 and value[4] == "-":
+        return f"DATE '{value}'"
+    return f"'{value}'" if isinstance(value, str) else str(value)
+
+
+def _typed_values(rows: Sequence[TypedRow]) -> str:
+    return ", ".join("(" + ", ".join(_typed_sql(v) for v in row) + ")" for row in rows)
+
+
+_TYPED_SOURCE = "AS src(id, p, d, b, hh, v)"
+
+
+@dataclass(frozen=True)
+class TypedMerge(Merge):
+    """A MERGE whose source has the typed table's columns."""
+
+    def sql(self) -> str:
+        t = self.qualifier()
+        alias = f" {self.alias}" if self.alias else ""
+        source = f"(SELECT * FROM VALUES {_typed_values(self.source)} {_TYPED_SOURCE}) s"  # type: ignore[arg-type]
+        whens = " ".join(w.sql(t) for w in self.whens)
+        return f"MERGE INTO {self.table}{alias} USING {source} ON {render(self.on, t)} {whens}"
+
+
+@dataclass(frozen=True)
+class TypedReplaceWhere(ReplaceWhere):
+    """delta-rs's overwrite with a predicate on the typed table; no rows: a delete by overwrite."""
+
+    def sql(self) -> str:
+        rows, empty = (self.rows, "") if self.rows else ((TYPED_ROWS[0],), " WHERE FALSE")
+        return (f"INSERT INTO {self.table} REPLACE WHERE {render(self.where, '')} "
+                f"SELECT * FROM VALUES {_typed_values(rows)} {_TYPED_SOURCE}{empty}")  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class TypedInsert:
+    """INSERT INTO / OVERWRITE the typed table with a static PARTITION clause whose values are
+    spelled as ``TYPED_LITERALS`` spell them (``PARTITION (p = '07')``); Spark only."""
+
+    table: str
+    overwrite: bool
+    static: tuple[tuple[str, str], ...]
+    rows: tuple[TypedRow, ...]
+
+    def sql(self) -> str:
+        verb = "INSERT OVERWRITE" if self.overwrite else "INSERT INTO"
+        fixed = {c for c, _ in self.static}
+        columns = [c for c in ("id", *TYPED_COLUMNS, "v") if c not in fixed]
+        index = {c: i for i, c in enumerate(("id", *TYPED_COLUMNS, "v"))}
+        rows = ", ".join("(" + ", ".join(_typed_sql(row[index[c]]) for c in columns) + ")" for row in self.rows)
+        parts = ", ".join(f"{c} = {v}" for c, v in self.static)
+        return f"{verb} {self.table} PARTITION ({parts}) SELECT * FROM VALUES {rows} AS src({', '.join(columns)})"
+
+    def shrinks(self) -> Iterator[Any]:
+        for i in range(len(self.rows)):
+            if len(self.rows) > 1:
+                yield dataclasses.replace(self, rows=self.rows[:i] + self.rows[i + 1 :])
+
+
+class TypedStatementGenerator(StatementGenerator):
+    """Statements on the typed table (``TYPED_COLUMNS``): every partition condition and SET uses
+    one of ``TYPED_LITERALS``' spellings, so a footprint keyed by spelling rather than by value
+    (``p=07`` where the engine rewrote ``p=7``) is caught."""
+
+    def literal(self, column: str) -> str:
+        spellings = TYPED_LITERALS[column]
+        if column == "d" and self.dialect == "deltars" and self.rng.random() < 0.5:
+            spellings = tuple(x for x in spellings if x.startswith("'2024-0") and len(x) == 12)  # days it parses
+        return self.rng.choice(spellings)
+
+    def atom(self, side: str = "{t}") -> Atom:
+        rng, q = self.rng, side
+        column = rng.choice(TYPED_COLUMNS)
+        c = f"{q}{column}"
+        r = rng.random()
+        if r < 0.40:
+            op = rng.choice(["=", "=", "=", "<>", "<", "<=", ">", ">="])
+            lit = self.literal(column)
+            return Atom(f"{c} {op} {lit}" if rng.random() < 0.8 else f"{lit} {_flip(op)} {c}")
+        if r < 0.55:
+            values = ", ".join(self.literal(column) for _ in range(rng.randint(1, 3)))
+            return Atom(f"{c} {'NOT IN' if rng.random() < 0.25 else 'IN'} ({values})")
+        if r < 0.62:
+            low, high = self.literal(column), self.literal(column)
+            return Atom(f"{c} {'NOT ' if rng.random() < 0.2 else ''}BETWEEN {low} AND {high}")
+        if r < 0.67:
+            return Atom(f"{c} IS {'NOT ' if rng.random() < 0.5 else ''}NULL")
+        if r < 0.72:
+            return Atom(rng.choice([f"{q}b", f"NOT {q}b"]))
+        if r < 0.86:
+            return Atom(f"{q}v {rng.choice(['=', '<>', '<', '>'])} {rng.randint(0, 4)}")
+        ids = ", ".join(str(rng.choice(TYPED_IDS)) for _ in range(rng.randint(1, 4)))
+        return Atom(f"{q}id IN ({ids})")
+
+    def pinning(self, side: str = "{t}") -> Pred:
+        rng = self.rng
+        column = rng.choice(TYPED_COLUMNS)
+        c = f"{side}{column}"
+        r = rng.random()
+        if r < 0.55:
+            first: Pred = Atom(f"{c} = {self.literal(column)}")
+        elif r < 0.8:
+            first = Atom(f"{c} IN ({', '.join(self.literal(column) for _ in range(rng.randint(1, 3)))})")
+        else:
+            first = Atom(f"{c} {rng.choice(['<', '<=', '>', '>='])} {self.literal(column)}")
+        return And((first, self.pred(1, side))) if rng.random() < 0.5 else first
+
+    def sets(self, merge: bool, by_source: bool = False) -> tuple[tuple[str, str], ...]:
+        rng = self.rng
+        out = [(c, self.literal(c)) for c in TYPED_COLUMNS if rng.random() < 0.3]
+        if rng.random() < 0.8 or not out:
+            out.append(("v", rng.choice(["{t}v + 1", "0"])))
+        rng.shuffle(out)
+        return tuple(out)
+
+    def typed_rows(self, count: int) -> tuple[TypedRow, ...]:
+        rng = self.rng
+        chosen = rng.sample(TYPED_ROWS, k=count)
+        return tuple((row[0] if rng.random() < 0.7 else 100 + i, *row[1:]) for i, row in enumerate(chosen))
+
+    def statement(self) -> Any:
+        rng, table = self.rng, self.rng.choice(self.tables)
+        kinds = ["delete"] * 3 + ["update"] * 3 + ["merge"] * 2
+        kinds += ["insert"] * 2 if self.dialect == "spark" else ["replace_where"]
+        kind = rng.choice(kinds)
+        if kind == "delete":
+            return Delete(table, self.pinning() if rng.random() < 0.85 else self.pred())
+        if kind == "update":
+            return Update(table, None, self.sets(merge=False), self.pinning() if rng.random() < 0.85 else self.pred())
+        if kind == "replace_where":
+            return TypedReplaceWhere(table, self.pinning(), ())
+        if kind == "insert":
+            static = tuple((c, self.literal(c)) for c in TYPED_COLUMNS)
+            return TypedInsert(table, rng.random() < 0.5, static, self.typed_rows(rng.randint(1, 2)))
+        return self.typed_merge(table)
+
+    def typed_merge(self, table: str) -> TypedMerge:
+        rng = self.rng
+        on: Pred = And((Atom("{t}id = s.id"), self.pinning()))
+        whens: list[When] = []
+        if rng.random() < 0.8:
+            whens.append(When("matched", "delete" if rng.random() < 0.3 else "update", None,
+                              None if rng.random() < 0.3 else self.sets(merge=True)))
+        if rng.random() < 0.5 or not whens:
+            values = tuple([("id", "s.id"), ("v", "s.v"), *((c, self.literal(c)) for c in TYPED_COLUMNS)])
+            whens.append(When("not_matched", "insert", None, values))
+        if rng.random() < 0.3:
+            whens.append(When("by_source", "delete", self.pinning()))
+        whens = [dataclasses.replace(w, sets=w.sets) if w.action != "update" or w.sets else
+                 dataclasses.replace(w, sets=(("v", "{t}v + 1"),)) for w in whens]
+        return TypedMerge(table, "t", self.typed_rows(rng.randint(1, 3)), on, tuple(whens))  # type: ignore[arg-type]
+
+
+class TypedDeltaRs(DeltaRs):
+    """``DeltaRs`` on the typed table (p INT, d DATE, b BOOLEAN, hh STRING; two files in most
+    partitions), its types as delta-rs's schema names them."""
+
+    name = "deltars-typed"
+    columns = TYPED_COLUMNS
+    column_types: Mapping[str, str] = {"p": "integer", "d": "date", "b": "boolean", "hh": "string"}
+    base_partitions = tuple(
+        tuple(None if v is None else str(v).lower() if isinstance(v, bool) else str(v) for v in part)
+        for part in TYPED_PARTITIONS
+    )
+
+    def __init__(self, workdir: Path) -> None:
+        import pyarrow as pa  # optional heavy dependency
+        from deltalake import write_deltalake  # optional heavy dependency
+
+        self.pa = pa
+        self.workdir = Path(workdir)
+        self.template = self.workdir / "typed-template"
+        shutil.rmtree(self.template, ignore_errors=True)
+        for half in (TYPED_ROWS[0::2], TYPED_ROWS[1::2]):  # one row of each partition per file
+            write_deltalake(str(self.template), self._arrow(half), partition_by=list(TYPED_COLUMNS), mode="append")
+        self.base_version = 1
+        self.tables = ("db.fz_typed",)
+        self.counter = 0
+
+    def _arrow(self, rows: Sequence[Any]) -> Any:
+        import datetime as dt
+
+        pa = self.pa
+        schema = pa.schema([("id", pa.int64()), ("p", pa.int32()), ("d", pa.date32()), ("b", pa.bool_()),
+                            ("hh", pa.string()), ("v", pa.int64())])
+        names = ("id", *TYPED_COLUMNS, "v")
+        data = [{**dict(zip(names, r, strict=True)), "d": None if r[2] is None else dt.date.fromisoformat(r[2])}
+                for r in rows]
+        return pa.Table.from_pylist(data, schema=schema)
+
+    def _partition(self, values: Mapping[str, str | None]) -> tuple[str | None, ...]:
+        return tuple(values.get(c) for c in TYPED_COLUMNS)
+
+
+class TypedIcebergOnSpark(IcebergOnSpark):
+    """``IcebergOnSpark`` on the typed table (p INT, d DATE, b BOOLEAN, hh STRING), copy-on-write
+    and merge-on-read, its types as Spark's schema names them."""
+
+    name = "iceberg-typed"
+    columns = TYPED_COLUMNS
+    column_types: Mapping[str, str] = {"p": "int", "d": "date", "b": "boolean", "hh": "string"}
+    base_partitions = TypedDeltaRs.base_partitions
+
+    def __init__(self, spark: Any, database: str = "lake.db", prefix: str = "fz_typed") -> None:
+        super().__init__(spark, database, prefix)
+
+    def _create(self, table: str) -> None:
+        spark = self.spark
+        spark.sql(f"DROP TABLE IF EXISTS {table}")
+        mode = "merge-on-read" if table.endswith("_mor") else "copy-on-write"
+        spark.sql(
+            f"CREATE TABLE {table} (id BIGINT, p INT, d DATE, b BOOLEAN, hh STRING, v INT) USING iceberg "
+            f"PARTITIONED BY (p, d, b, hh) TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='{mode}', "
+            f"'write.update.mode'='{mode}', 'write.merge.mode'='{mode}')"
+        )
+        for half in (TYPED_ROWS[0::2], TYPED_ROWS[1::2]):  # two files in every partition
+            spark.sql(f"INSERT INTO {table} VALUES {_typed_values(half)}")
+        self.base[table] = self._current(table)
+        self.base_files[table] = self._files(table)
+
+    def _files(self, table: str) -> dict[str, Any]:
+        rows = self.spark.sql(f"SELECT file_path, partition.p, partition.d, partition.b, partition.hh FROM {table}.files").collect()
+
+        def spelled(value: Any) -> str | None:  # as the Delta log spells a partition value
+            if value is None:
+                return None
+            return str(value).lower() if isinstance(value, bool) else value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+        return {r[0]: tuple(spelled(v) for v in r[1:]) for r in rows}
+
+
 # ---------------------------------------------------------------- the loop
 
 
@@ -814,6 +1114,8 @@ class Tally:
     rejected: int = 0
     no_change: int = 0
     contained: int = 0
+    wider: int = 0  # contained, and the footprint holds a base partition the commit did not touch
+    refused_ran: list[tuple[str, str]] = field(default_factory=list)  # (sql, error): the engine committed it
     narrower: list[Finding] = field(default_factory=list)
     seconds: float = 0.0
     rejections: dict[str, int] = field(default_factory=dict)
@@ -822,18 +1124,28 @@ class Tally:
         return {
             "engine": self.engine, "seed": self.seed, "generated": self.generated, "refused": self.refused,
             "whole_table_not_run": self.whole_table, "run": self.run, "rejected_by_engine": self.rejected,
-            "no_change": self.no_change, "contained": self.contained, "narrower": len(self.narrower),
+            "no_change": self.no_change, "contained": self.contained, "wider": self.wider,
+            "refused_but_committed": len(self.refused_ran), "narrower": len(self.narrower),
             "seconds": round(self.seconds, 1),
         }
 
 
-def check(statement: Statement, engine: Engine) -> tuple[str, Any]:
-    """``("refused", error)``, ``("whole", derived)``, ``("rejected", message)``,
-    ``("contained", touched)`` or ``("narrower", Finding)``."""
+def check(statement: Statement, engine: Engine, *, run_refused: bool = False) -> tuple[str, Any]:
+    """``("refused", error)``, ``("refused_ran", (error, touched))`` (``run_refused``: the
+    derivation refused what the engine committed), ``("whole", derived)``, ``("rejected",
+    message)``, ``("contained", (touched, wider))`` (``wider``: the base partitions the footprint
+    holds and the commit did not touch) or ``("narrower", Finding)``."""
     sql = statement.sql()
     try:
-        derived = derive_write(sql, list(PARTITION_COLUMNS), engine.engine)
+        derived = derive_write(sql, list(engine.columns), engine.engine, column_types=engine.column_types)
     except InvalidDeclarationError as exc:
+        if run_refused:
+            try:
+                touched = engine.touched(statement)
+            except Rejected:
+                return "refused", str(exc)
+            if touched:
+                return "refused_ran", (str(exc), touched)
         return "refused", str(exc)
     if derived.partitions is None:
         return "whole", derived
@@ -841,10 +1153,12 @@ def check(statement: Statement, engine: Engine) -> tuple[str, Any]:
         touched = engine.touched(statement)
     except Rejected as exc:
         return "rejected", str(exc)
-    missing = outside(derived, touched)
+    missing = outside(derived, touched, engine.columns, engine.column_types, engine.nulls_below)
     if missing:
         return "narrower", Finding(statement, sql, derived.to_json(), missing, touched)
-    return "contained", touched
+    untouched = set(engine.base_partitions) - touched
+    held = untouched - outside(derived, untouched, engine.columns, engine.column_types, engine.nulls_below)
+    return "contained", (touched, held)
 
 
 def shrink(statement: Statement, engine: Engine, budget: int = 200) -> Finding:
@@ -867,17 +1181,24 @@ def shrink(statement: Statement, engine: Engine, budget: int = 200) -> Finding:
 
 
 def fuzz(engine: Engine, seed: int, count: int, dialect: str,
-         progress: Callable[[Tally], None] | None = None, shrink_findings: bool = True) -> Tally:
+         progress: Callable[[Tally], None] | None = None, shrink_findings: bool = True,
+         run_refused: bool = False) -> Tally:
+    """``count`` random statements checked on ``engine`` from ``seed``; ``run_refused``: run the
+    statements the derivation refuses too, and count those the engine committed."""
     rng = random.Random(seed)
-    generator = StatementGenerator(rng, dialect, engine.tables)  # type: ignore[attr-defined]
+    kind = TypedStatementGenerator if engine.columns == TYPED_COLUMNS else StatementGenerator
+    generator = kind(rng, dialect, engine.tables)  # type: ignore[attr-defined]
     tally = Tally(engine.name, seed)
     start = time.perf_counter()
     for _ in range(count):
         statement = generator.statement()
         tally.generated += 1
-        verdict, result = check(statement, engine)
+        verdict, result = check(statement, engine, run_refused=run_refused)
         if verdict == "refused":
             tally.refused += 1
+        elif verdict == "refused_ran":
+            tally.refused += 1
+            tally.refused_ran.append((statement.sql(), result[0]))
         elif verdict == "whole":
             tally.whole_table += 1
         else:
@@ -888,10 +1209,10 @@ def fuzz(engine: Engine, seed: int, count: int, dialect: str,
                 tally.rejections[kind] = tally.rejections.get(kind, 0) + 1
             elif verdict == "narrower":
                 tally.narrower.append(shrink(statement, engine) if shrink_findings else result)
-            elif not result:
-                tally.no_change += 1
-                tally.contained += 1
             else:
+                touched, held = result
+                tally.no_change += not touched
+                tally.wider += bool(held)
                 tally.contained += 1
         if progress is not None and tally.generated % 50 == 0:
             tally.seconds = time.perf_counter() - start

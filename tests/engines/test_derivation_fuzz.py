@@ -3,7 +3,13 @@ a commit really added a file to or removed one from lies inside the footprint ``
 derived from its text (``tests/engines/sqlgen.py``; the oracle reads the engines' own metadata
 with code of its own). Seeds: ``$OCCFLOW_FUZZ_SEED`` (``random`` for a fresh one), printed; counts:
 ``$OCCFLOW_FUZZ_COUNT`` (Iceberg) and ``$OCCFLOW_FUZZ_DELTA_COUNT``. A failure prints the
-statement the fuzzer shrank it to. More statements: ``bench/fuzz_derivation.py``."""
+statement the fuzzer shrank it to. More statements: ``bench/fuzz_derivation.py``.
+
+Every derivation is given the table's partition column types (``column_types=``, what
+``TableFacts.partition_column_types`` holds); the typed tables (p INT, d DATE, b BOOLEAN, hh STRING
+holding digits, issue 33) spell each value every way the engines cast (``'07'``, ``' 7'``,
+``'2024-1-1'``, ``'yes'``, ``7`` on the STRING column, ...). Counts: ``$OCCFLOW_FUZZ_TYPED_COUNT``
+(Iceberg) and ``$OCCFLOW_FUZZ_TYPED_DELTA_COUNT``."""
 
 from __future__ import annotations
 
@@ -21,6 +27,8 @@ from sqlgen import (
     Merge,
     ReplaceWhere,
     Tally,
+    TypedDeltaRs,
+    TypedIcebergOnSpark,
     Update,
     When,
     fuzz,
@@ -39,7 +47,8 @@ def _seed(default: int) -> int:
 
 def _report(tally: Tally) -> str:
     found = "\n\n".join(f.describe() for f in tally.narrower)
-    return f"seed {tally.seed}: {tally.summary()}\n{found}"
+    refused = "\n".join(f"REFUSED, BUT THE ENGINE COMMITTED IT: {sql}\n  {why}" for sql, why in tally.refused_ran)
+    return f"seed {tally.seed}: {tally.summary()}\n{found}\n{refused}"
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +78,79 @@ def test_no_derived_footprint_is_narrower_than_what_a_deltars_commit_touched(tmp
     assert not tally.narrower, _report(tally)
     assert tally.contained > count // 5, _report(tally)
     assert tally.rejected < tally.run // 3, (_report(tally), tally.rejections)
+
+
+@pytest.fixture(scope="module")
+def iceberg_typed_fuzz(iceberg_engine: object) -> TypedIcebergOnSpark:
+    return TypedIcebergOnSpark(iceberg_engine.session(), prefix="fz_typed_test")  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_no_typed_footprint_is_narrower_than_what_an_iceberg_commit_touched(
+    iceberg_typed_fuzz: TypedIcebergOnSpark,
+) -> None:
+    """Issue 33's shapes on real Spark + Iceberg: ``p = '07'`` on INT, ``PARTITION (p = ' 7')``,
+    ``b = 'yes'``, ``hh = 7`` on a STRING holding ``'07'``; and no statement the derivation refuses
+    is one Spark commits."""
+    seed, count = _seed(33), int(os.environ.get("OCCFLOW_FUZZ_TYPED_COUNT", "80"))
+    print(f"typed iceberg fuzz seed {seed}, {count} statements")
+    tally = fuzz(iceberg_typed_fuzz, seed, count, "spark", run_refused=True)
+    print(_report(tally))
+    assert not tally.narrower and not tally.refused_ran, _report(tally)
+    assert tally.contained > count // 5, _report(tally)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("where", "reaches_null"), [("p < '08'", True), ("p <= 7", True), ("p > 8", False)])
+def test_an_iceberg_range_open_below_rewrites_the_null_partition_and_the_footprint_holds_it(
+    iceberg_typed_fuzz: TypedIcebergOnSpark, where: str, reaches_null: bool
+) -> None:
+    """The typed fuzzer's finding (seed 4242): Iceberg orders NULL below every value when it
+    finds files, so a copy-on-write DELETE of ``p < 8`` rewrites the files of ``p = NULL`` (its
+    ``files`` table says so) and one of ``p > 8`` does not. A range open below holds the NULL
+    partition (``tests/core/test_typed_null_partitions.py``: why that is sound for admission)."""
+    engine = iceberg_typed_fuzz
+    statement = Delete(engine.tables[0], Atom(where))
+    touched = engine.touched(statement)
+    assert any(p[0] is None for p in touched) is reaches_null, touched
+    derived = derive_write(statement.sql(), list(engine.columns), engine.engine, column_types=engine.column_types)
+    assert not outside(derived, touched, engine.columns, engine.column_types, nulls_below=True)
+    if reaches_null:  # without the NULL reading the check fails: it can
+        assert outside(derived, touched, engine.columns, engine.column_types, nulls_below=False)
+
+
+@pytest.mark.slow
+def test_no_typed_footprint_is_narrower_than_what_a_deltars_commit_touched(tmp_path: Path) -> None:
+    """The same shapes on real delta-rs; the INT-as-text race of issue 33 (``p = '07'`` vs
+    ``p = 7``) is among them."""
+    pytest.importorskip("deltalake", reason="delta-rs tests need deltalake (pip install 'airflow-provider-occflow[delta]')")
+    seed, count = _seed(3333), int(os.environ.get("OCCFLOW_FUZZ_TYPED_DELTA_COUNT", "300"))
+    print(f"typed delta-rs fuzz seed {seed}, {count} statements")
+    tally = fuzz(TypedDeltaRs(tmp_path), seed, count, "deltars", run_refused=True)
+    print(_report(tally))
+    assert not tally.narrower and not tally.refused_ran, _report(tally)
+    assert tally.contained > count // 5, _report(tally)
+    assert tally.rejected < tally.run // 3, (_report(tally), tally.rejections)
+
+
+def test_the_typed_oracle_sees_a_footprint_that_leaves_out_the_partition_the_engine_rewrote(tmp_path: Path) -> None:
+    """The typed check can fail: ``p = '07'`` rewrites ``p=7`` on delta-rs (its own log); the
+    footprint of ``p = '08'`` does not hold it, the typed derivation of ``p = '07'`` does."""
+    pytest.importorskip("deltalake", reason="delta-rs tests need deltalake")
+    engine = TypedDeltaRs(tmp_path)
+    statement = Delete("db.fz_typed", Atom("p = '07' AND hh = '07'"))
+    touched = engine.touched(statement)
+    assert touched == {("7", "2024-01-01", "true", "07")}  # the engine's own log
+    typed = derive_write(statement.sql(), list(engine.columns), "delta-rs", column_types=engine.column_types)
+    assert not outside(typed, touched, engine.columns, engine.column_types)
+    other = derive_write("DELETE FROM db.fz_typed WHERE p = '08' AND hh = '07'", list(engine.columns), "delta-rs",
+                         column_types=engine.column_types)
+    assert outside(other, touched, engine.columns, engine.column_types) == touched
+    # A STRING column's range orders as text: '07' < '1', though 7 > 1 as a number.
+    ranged = derive_write("DELETE FROM db.fz_typed WHERE hh < '1'", list(engine.columns), "delta-rs",
+                          column_types=engine.column_types)
+    assert not outside(ranged, touched, engine.columns, engine.column_types)
 
 
 def test_the_oracle_sees_a_footprint_that_leaves_out_where_rows_moved(tmp_path: Path) -> None:

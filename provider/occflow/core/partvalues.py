@@ -75,6 +75,20 @@ def column_type(column: str, spelled: str | ColumnType) -> ColumnType:
         ) from None
 
 
+def readable_types(types: Mapping[str, str]) -> dict[str, str]:
+    """The columns of ``types`` (lower-cased) whose type names ``column_type`` reads; an engine's
+    facts reader keeps only these, so a partition column of a type occflow does not cast (BINARY,
+    Iceberg's UUID) is left untyped: its type-dependent literals reach the whole table."""
+    out: dict[str, str] = {}
+    for column, spelled in types.items():
+        try:
+            column_type(str(column), str(spelled))
+        except InvalidDeclarationError:
+            continue
+        out[str(column).lower()] = str(spelled).strip().lower()
+    return out
+
+
 class CastRules(Enum):
     """How an engine family casts a literal compared with (or assigned to) a column."""
 

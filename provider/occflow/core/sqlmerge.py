@@ -146,7 +146,7 @@ def _inserted(
                 f"{label} THEN INSERT gives no value for partition column {column} (its default or generated "
                 "value comes from the data): its rows land in any partition"
             )
-        literal = read_literal(column, given[lowered], typing)
+        literal = read_literal(column, given[lowered], typing, assigned=True)
         if literal is None or literal.value is None:
             typed = "" if literal is None else f" ({literal.anywhere or 'NULL, or a value the engine in force decides'})"
             return (

@@ -279,11 +279,15 @@ def _between(node: exp.Between, scope: ColumnScope, negated: bool) -> list[Spec]
     return [] if value.is_empty() else [{column: canonical_spec_value(column, value)}]
 
 
-def read_literal(column: str, node: exp.Expr, typing: ColumnTyping = UNTYPED) -> Literal | None:
+def read_literal(column: str, node: exp.Expr, typing: ColumnTyping = UNTYPED, *, assigned: bool = False) -> Literal | None:
     """A literal's partition values: a string, a number (``-2.5``), ``TRUE``, ``DATE 'x'`` or
     ``CAST('x' AS DATE)``, cast as the engines in ``typing`` cast it to ``column``'s type;
     ``None`` for anything else (``NULL``, an expression, a timestamp). A literal every engine
-    in force refuses for the column's type is an error (``InvalidDeclarationError``)."""
+    in force refuses for the column's type is an error (``InvalidDeclarationError``), except a
+    value ``assigned`` (``SET p = 'x'``, a MERGE's INSERT value): delta-rs casts it only for a row
+    that reaches it and commits the rest of the statement when none does (the typed fuzzer,
+    ``tests/engines/sqlgen.py``), so refusing it would refuse a write the engine runs; it is read
+    as naming any partition instead (the whole table: wider, never narrower)."""
     written = sql_literal(node)
     if written is None:
         return None
@@ -296,6 +300,8 @@ def read_literal(column: str, node: exp.Expr, typing: ColumnTyping = UNTYPED) ->
     else:
         typed = partition_value(written, kind, typing.rules)
         ordered = typing.ordered(column) or (kind is ColumnType.STRING and _text_ordered(written.text))
+    if isinstance(typed, Refused) and assigned:
+        return Literal((), False, f"{typed.why}, for a row that reaches the assignment; the engine decides")
     if isinstance(typed, Refused):
         raise InvalidDeclarationError(
             f"{column} compared with {node.sql(dialect='spark')}: {typed.why}; the engine refuses the statement. "

@@ -80,7 +80,7 @@ def assignments(
         assigned = columns.get(item.this.name.lower())
         if assigned is None:
             continue
-        literal = read_literal(assigned, item.expression, typing)
+        literal = read_literal(assigned, item.expression, typing, assigned=True)
         if literal is not None and literal.value is not None and assigned not in moves:
             moves[assigned] = literal.value
         elif literal is not None and (literal.nothing or literal.anywhere or len(literal.values) > 1):

@@ -21,6 +21,7 @@ from typing import Any
 from .engines import TABLE_FORMATS, Committer, committers, describe_committers, find_committer, own_profiles
 from .errors import InvalidDeclarationError
 from .operations import Operation
+from .partvalues import column_type
 from .profiles import PROFILES, Profile, get_profile
 from .profiles.delta_rlc import DBX_RLC_ZORDER, ZORDER_PROFILE
 
@@ -79,6 +80,10 @@ class TableFacts:
     ``primary_key``: MaxCompute's (a Delta Table has one); ``None`` when not known.
     ``engine``: the committer (``core.engines``), by its name or an alias (kept as its name);
     ``None`` when not known.
+    ``partition_column_types``: partition column (lower-cased) -> its type as the engine names it
+    (``"int"``, ``"date"``, ``"decimal(10,2)"``), for ``core.partvalues`` to cast literals the way
+    the engine does (issue 33: ``p = '07'`` on an INT column is ``p=7``). A partition column left
+    out has a type occflow does not know: its type-dependent literals reach the whole table.
     """
 
     table: str
@@ -89,6 +94,7 @@ class TableFacts:
     partition_transforms: tuple[str, ...] = ()
     features: tuple[str, ...] = ()
     primary_key: tuple[str, ...] | None = None
+    partition_column_types: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.table_format not in TABLE_FORMATS:
@@ -104,6 +110,7 @@ class TableFacts:
             object.__setattr__(self, "engine", found.name)
         object.__setattr__(self, "partition_columns", tuple(c.lower() for c in self.partition_columns))
         object.__setattr__(self, "properties", MappingProxyType({str(k): str(v) for k, v in self.properties.items()}))
+        self._check_partition_column_types()
         # Read every property the profile depends on now: a value the format does not know is
         # an error when the facts are read, not when a profile is asked for.
         self._refuse_misspelt_properties()
@@ -114,6 +121,19 @@ class TableFacts:
                 _ = (self.iceberg_isolation_level(op), self.iceberg_write_mode(op))
         else:
             _ = self.transactional
+
+    def _check_partition_column_types(self) -> None:
+        """Keys lower-cased; each a partition column with a type ``core.partvalues`` reads, so a
+        wrong fact is an error here, where the table is named, not in the middle of a derivation."""
+        types = {str(c).lower(): str(t).strip().lower() for c, t in self.partition_column_types.items()}
+        for name, spelled in types.items():
+            if name not in self.partition_columns:
+                raise InvalidDeclarationError(
+                    f"table {self.table} has no partition column {name!r} to give a type to; its partition "
+                    f"columns are {', '.join(self.partition_columns) or '(none)'}"
+                )
+            column_type(name, spelled)  # raises naming the type and the ones known
+        object.__setattr__(self, "partition_column_types", MappingProxyType(types))
 
     def _refuse_misspelt_properties(self) -> None:
         """A property that is nearly one the profile is read from is its typo (issue 23:
@@ -383,4 +403,27 @@ class TableFacts:
             "properties": dict(self.properties),
             "features": list(self.features),
             "primary_key": None if self.primary_key is None else list(self.primary_key),
+            "partition_column_types": dict(self.partition_column_types),
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TableFacts:
+        """``to_json``'s form read back; keys added since (``partition_column_types``) may be
+        missing: facts written before them load as "not known"."""
+        if not isinstance(data, Mapping):
+            raise InvalidDeclarationError(f"table facts are a JSON object, got {type(data).__name__}")
+        missing = [k for k in ("table", "table_format") if k not in data]
+        if missing:
+            raise InvalidDeclarationError(f"table facts need {' and '.join(missing)}; got keys {', '.join(map(str, data))}")
+        key = data.get("primary_key")
+        return cls(
+            table=str(data["table"]),
+            table_format=str(data["table_format"]),
+            engine=None if data.get("engine") is None else str(data["engine"]),
+            partition_columns=tuple(str(c) for c in data.get("partition_columns") or ()),
+            properties={str(k): str(v) for k, v in (data.get("properties") or {}).items()},
+            partition_transforms=tuple(str(t) for t in data.get("partition_transforms") or ()),
+            features=tuple(str(f) for f in data.get("features") or ()),
+            primary_key=None if key is None else tuple(str(k) for k in key),
+            partition_column_types={str(k): str(v) for k, v in (data.get("partition_column_types") or {}).items()},
+        )

@@ -1,11 +1,12 @@
-"""A Delta table's facts as delta-rs reads them from its log: partition columns, table
-properties (``delta.isolationLevel``, deletion vectors, row tracking) and protocol features."""
+"""A Delta table's facts as delta-rs reads them from its log: partition columns and their types,
+table properties (``delta.isolationLevel``, deletion vectors, row tracking) and protocol features."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
 
+from ...core.partvalues import readable_types
 from ...core.tablefacts import TableFacts
 from .table import ENGINE, DeltaRsTable
 
@@ -22,6 +23,12 @@ def deltars_table_facts(
     metadata = snapshot.metadata()
     protocol = snapshot.protocol()
     features = sorted({*(protocol.reader_features or ()), *(protocol.writer_features or ())})
+    partitioned = {c.lower() for c in metadata.partition_columns}
+    # Delta's schema names a primitive type as the protocol spells it ("integer", "date",
+    # "decimal(10,2)"); a partition column is always primitive.
+    types = {
+        f.name: str(getattr(f.type, "type", "")) for f in snapshot.schema().fields if f.name.lower() in partitioned
+    }
     return TableFacts(
         table=table or str(uri),
         table_format="delta",
@@ -29,4 +36,5 @@ def deltars_table_facts(
         partition_columns=tuple(metadata.partition_columns),
         properties=dict(metadata.configuration),
         features=tuple(features),
+        partition_column_types=readable_types(types),
     )

@@ -1,5 +1,6 @@
 """A table's facts as a Spark session reads them: Iceberg (``DESCRIBE TABLE EXTENDED``'s
-partitioning and table properties) and Delta through delta-spark (``DESCRIBE DETAIL``)."""
+partitioning and table properties) and Delta through delta-spark (``DESCRIBE DETAIL``); for both,
+the types of the partition columns from ``DESCRIBE TABLE EXTENDED``'s column rows."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 from ...core.engines import SPARK
 from ...core.errors import InvalidDeclarationError
+from ...core.partvalues import readable_types
 from ...core.tablefacts import TableFacts
 from .identifiers import quote_table
 
@@ -33,7 +35,7 @@ def spark_table_facts(spark: Any, table: str) -> TableFacts:
     if provider == "iceberg":
         return _iceberg_facts(spark, table, quoted, rows)
     if provider == "delta":
-        return _delta_facts(spark, table, quoted)
+        return _delta_facts(spark, table, quoted, rows)
     raise InvalidDeclarationError(
         f"table {table} is a {provider or 'table of unknown provider'} table: occflow reads the facts "
         "of Iceberg and Delta tables (their formats detect conflicts)"
@@ -48,6 +50,21 @@ def _described(rows: list[Any]) -> dict[str, str]:
         if key and key not in out:
             out[key] = value
     return out
+
+
+def column_types(rows: list[Any], columns: tuple[str, ...]) -> dict[str, str]:
+    """The types of ``columns`` (lower-cased) as ``DESCRIBE TABLE EXTENDED``'s first section
+    lists them (one row per column, Spark's ``simpleString``: ``int``, ``date``, ``decimal(10,2)``),
+    kept where ``core.partvalues`` reads the type."""
+    wanted = {c.lower() for c in columns}
+    types: dict[str, str] = {}
+    for row in rows:
+        key, value = str(row["col_name"] or "").strip(), str(row["data_type"] or "").strip()
+        if not key or key.startswith("#"):
+            break  # the column rows end at the first blank or section row
+        if key.lower() in wanted:
+            types[key.lower()] = value
+    return readable_types(types)
 
 
 def partition_fields(rows: list[Any]) -> list[str]:
@@ -85,19 +102,22 @@ def _iceberg_facts(spark: Any, table: str, quoted: str, rows: list[Any]) -> Tabl
         properties=properties,
         partition_transforms=transforms,
         features=(f"format-version={properties['format-version']}",) if "format-version" in properties else (),
+        partition_column_types=column_types(rows, identity),
     )
 
 
-def _delta_facts(spark: Any, table: str, quoted: str) -> TableFacts:
+def _delta_facts(spark: Any, table: str, quoted: str, rows: list[Any]) -> TableFacts:
     detail = spark.sql(f"DESCRIBE DETAIL {quoted}").collect()[0].asDict(recursive=True)
     features = sorted({*(detail.get("tableFeatures") or ())})
+    partitioned = tuple(str(c) for c in detail.get("partitionColumns") or ())
     return TableFacts(
         table=table,
         table_format="delta",
         engine=ENGINES["delta"],
-        partition_columns=tuple(detail.get("partitionColumns") or ()),
+        partition_columns=partitioned,
         properties={str(k): str(v) for k, v in (detail.get("properties") or {}).items()},
         features=tuple(features),
+        partition_column_types=column_types(rows, partitioned),
     )
 
 
