@@ -60,6 +60,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     given = p.add_argument_group("the table, as given")
     given.add_argument("--table-format", choices=list(table_kinds()), help="the table's format (or engine)")
     given.add_argument("--partition-columns", default="", metavar="COL,COL", help="identity partition columns")
+    given.add_argument("--partition-type", action="append", default=[], metavar="COL=TYPE",
+                       help="a partition column's type (int, string, date, boolean, ...): literals are "
+                       "keyed by the value the engine compares, p = '07' on an INT column is p=7 (repeatable)")
     given.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
                        help="a table property, e.g. delta.isolationLevel=Serializable (repeatable)")
     looked_up = p.add_argument_group("the table, read from its engine")
@@ -178,7 +181,8 @@ def table_facts(args: argparse.Namespace, table: str) -> TableFacts:
         return spark_engine.spark_table_facts(spark_session(pairs(args.spark_conf, "--spark-conf")), table)
     kind = table_kind(args.table_format)
     columns = tuple(c.strip() for c in args.partition_columns.split(",") if c.strip())
-    return TableFacts(table, kind.table_format, kind.engine, columns, {**kind.properties, **pairs(args.property, "--property")})
+    return TableFacts(table, kind.table_format, kind.engine, columns, {**kind.properties, **pairs(args.property, "--property")},
+                      partition_column_types=pairs(args.partition_type, "--partition-type"))
 
 
 def spark_session(conf: dict[str, str]) -> Any:
@@ -209,7 +213,7 @@ def explain_job(sql: str, facts: TableFacts) -> Explained:
                 f"{shorten(text)!r} is MaxCompute's ALTER TABLE write, not {facts.table_format} SQL: "
                 "explain it with --table-format maxcompute-transactional (or maxcompute)"
             )
-        derived = derive_write(sql, facts.partition_columns, facts.engine)
+        derived = derive_write(sql, facts.partition_columns, facts.engine, column_types=facts.partition_column_types)
     return Explained(sql, derived, facts, facts.profile(derived.operation))
 
 

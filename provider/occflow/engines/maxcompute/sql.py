@@ -16,7 +16,7 @@ updates or inserts rows, so it is held to UPDATE's row, the stricter of the two 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from ...core.declaration import WriteDeclaration
@@ -39,8 +39,13 @@ MERGE_AS_UPDATE = (
 )
 
 
-def read_maxcompute_write(sql: str | Sequence[str], partition_columns: Sequence[str] | None) -> DerivedWrite:
-    """What a MaxCompute SQL job writes: operation, partitions (``None``: the whole table)."""
+def read_maxcompute_write(
+    sql: str | Sequence[str],
+    partition_columns: Sequence[str] | None,
+    column_types: Mapping[str, str] | None = None,
+) -> DerivedWrite:
+    """What a MaxCompute SQL job writes: operation, partitions (``None``: the whole table);
+    partition literals keyed as MaxCompute casts them to ``column_types`` where known."""
     text, _ = job_text(sql)
     statements = split_statements(text)
     alters = [s for s in statements if is_alter(s)]
@@ -52,7 +57,7 @@ def read_maxcompute_write(sql: str | Sequence[str], partition_columns: Sequence[
         )
     if alters:
         return alter_derived_write(statements[0], partition_columns)
-    derived = derive_write(sql, partition_columns, "maxcompute")
+    derived = derive_write(sql, partition_columns, "maxcompute", column_types=column_types)
     if derived.operation is Operation.MERGE:
         return replace(derived, operation=Operation.UPDATE, why=(*derived.why, MERGE_AS_UPDATE))
     return derived
