@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 from ..kinds import ConflictKind
+from .pyiceberg import PYICEBERG_TEMPLATES
 
 K = ConflictKind
 
@@ -399,6 +400,8 @@ def _rows() -> tuple[Marker, ...]:
         rows.append(Marker(kind, "iceberg", Evidence.MESSAGE, pattern, source))
     for kind, pattern, source in _MAXCOMPUTE_TEMPLATES:
         rows.append(Marker(kind, "maxcompute", Evidence.MESSAGE, pattern, source))
+    for kind, pattern, source in PYICEBERG_TEMPLATES:
+        rows.append(Marker(kind, "iceberg", Evidence.MESSAGE, pattern, source))
     rows.append(Marker(K.METADATA_LOCK_CONFLICT, "maxcompute", Evidence.ERROR_CLASS, "ODPS-0121096", ODPS_0121096))
     rows.append(Marker(K.COMMIT_STATE_UNKNOWN, "maxcompute", Evidence.ERROR_CLASS, "ODPS-0110999", ODPS_0110999))
     rows.append(
