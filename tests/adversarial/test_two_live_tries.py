@@ -128,8 +128,10 @@ class Harness:
             if any(isinstance(c, LeaseLostError) for c in causes(exc)):  # refused at admission
                 return TryEnd(spec.number, "stale", str(exc), waited)
             return TryEnd(spec.number, "failed", f"{type(exc).__name__}: {exc}"[:400], waited)
-        reason = report["tag"].get("exactly_once")
-        return TryEnd(spec.number, "committed" if reason is None else "settled", reason or "", waited)
+        if report["committed_by"] is None:  # this try's own commit
+            return TryEnd(spec.number, "committed", "", waited)
+        # Found in the table, another try's commit: how it was found is the tag's text (a label only).
+        return TryEnd(spec.number, "settled", report["tag"].get("exactly_once", ""), waited)
 
     def _admitted(self, trigger: Any) -> dict[str, Any]:
         admission, request = TaskAdmission(self.lease_url), LeaseRequest.from_dict(trigger.request)

@@ -201,7 +201,7 @@ with DAG("messages_rerun", schedule=None, start_date=pendulum.datetime(2024, 1, 
     task = run.task("append")
     assert task.state == "success" and task.try_number == 2
     report = task.xcom["return_value"]
-    assert report["tag"]["committed_by"] == "try 1"
+    assert report["committed_by"] == "try 1"
     assert report["version"] == 1
     said = [r for r in _records(log) if "was already committed by" in r]
     assert len(said) == 1 and "insert_into on rerun_t was already committed by try 1 (version 1)" in said[0], said

@@ -31,7 +31,7 @@ import pytest
 from occflow.core.operations import parse_operation
 from occflow.engines.spark import ApplicationJob, SparkConfig
 from occflow.engines.spark.delta_spark import DeltaFormat
-from occflow.engines.spark.lease_window import LEASE_NOT_LIVE, WindowPublisher, window_path
+from occflow.engines.spark.lease_window import WindowPublisher, window_path
 from occflow.engines.spark.settings import SparkConfigError
 from occflow.engines.spark.submit import _driver_command, _driver_conf, submit_job
 from occflow.engines.spark.submit_fence import (
@@ -41,7 +41,6 @@ from occflow.engines.spark.submit_fence import (
     FENCED_LOG_STORE,
     JAR_ENV,
     LEASE_CHECKED_AT,
-    LEASE_REFUSED_AT,
     built_jar,
     in_session,
     plan,
@@ -298,9 +297,10 @@ def test_a_driver_whose_lease_lapses_while_its_insert_runs_writes_no_commit_file
     assert reached.exists(), job.log_tail()
     assert not outcome.committed, job.log_tail()
     assert outcome.tag[LEASE_CHECKED_AT] == AT_COMMIT, job.log_tail()
-    assert outcome.tag[LEASE_REFUSED_AT] == AT_COMMIT, outcome.tag  # its check before the statement passed
-    assert f"(fence {FENCE}) is not certainly live" in outcome.tag[LEASE_NOT_LIVE], outcome.tag
-    assert "lease not live at the commit of" in outcome.tag[LEASE_NOT_LIVE], outcome.tag
+    refused = outcome.lease_refused
+    assert refused is not None and refused.at == AT_COMMIT, outcome  # its check before the statement passed
+    assert f"(fence {FENCE}) is not certainly live" in refused.reason and refused.fence == FENCE, refused
+    assert "lease not live at the commit of" in refused.reason, refused
     # Delta's record: the CREATE and the first INSERT (under the live lease), nothing for version 2.
     names = _log_names(location)
     assert [n for n in names if n.endswith(".json") and n[:20].isdigit()] == [f"{v:020d}.json" for v in (0, 1)], names

@@ -88,16 +88,16 @@ def test_an_add_column_through_the_flow_reports_the_metadata_version_it_committe
     assert _snapshot_ids(spark, table) == before_snapshots
 
     assert report.status is WriteStatus.COMMITTED and report.snapshot_id is None, report
-    meta = report.engine_details["metadata_commit"]
-    assert meta["location"] == after_file
+    meta = report.metadata_commit
+    assert meta is not None and meta.location == after_file
     # The number the file is named by (00003-<uuid>.metadata.json), counted here from the log:
     # one more file than the metadata-log lists before it, counted from 0.
-    assert meta["version"] == len(written["metadata-log"]), (meta, written["metadata-log"])
+    assert meta.version == len(written["metadata-log"]), (meta, written["metadata-log"])
     lines = [r.getMessage() for r in caplog.records if r.name == LOG]
     assert not any("committed nothing" in line for line in lines), lines
-    assert any(f"metadata version {meta['version']}" in line and after_file in line for line in lines), lines
+    assert any(f"metadata version {meta.version}" in line and after_file in line for line in lines), lines
     # The XCom form keeps it.
-    assert WriteReport.from_dict(report.to_dict()).engine_details["metadata_commit"] == meta
+    assert WriteReport.from_dict(report.to_dict()).metadata_commit == meta
 
 
 def test_a_data_commit_is_not_reported_as_a_metadata_commit(
@@ -110,7 +110,7 @@ def test_a_data_commit_is_not_reported_as_a_metadata_commit(
         report = _flow(spark_home, table, "delete", f"DELETE FROM {table} WHERE ds = 'none'").run()
     (new,) = set(_snapshot_ids(spark, table)) - set(before_snapshots)  # Iceberg's record
     assert report.status is WriteStatus.COMMITTED and report.snapshot_id == new, report
-    assert "metadata_commit" not in report.engine_details
+    assert report.metadata_commit is None and "metadata_commit" not in report.engine_details
     lines = [r.getMessage() for r in caplog.records if r.name == LOG]
     assert any(f"committed delete on {table}: " in line and f"snapshot {new}" in line for line in lines), lines
     assert not any("metadata version" in line for line in lines), lines

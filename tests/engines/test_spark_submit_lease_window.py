@@ -22,7 +22,6 @@ from occflow.core.operations import parse_operation
 from occflow.engines.ledger import LeaseNotLive
 from occflow.engines.spark import SparkConfig, SparkEngine
 from occflow.engines.spark.lease_window import (
-    LEASE_NOT_LIVE,
     WindowPublisher,
     check_window,
     window_path,
@@ -35,7 +34,6 @@ from occflow.engines.spark.submit_fence import (
     FENCED_CATALOG,
     JAR_ENV,
     LEASE_CHECKED_AT,
-    LEASE_REFUSED_AT,
     built_jar,
     in_session,
     plan,
@@ -162,8 +160,9 @@ def test_driver_under_a_stale_window_runs_its_merge_but_does_not_commit(
                      lease_window=(window, FENCE))
     outcome = job.wait(timeout=DRIVER_TIMEOUT)
     assert not outcome.committed, job.log_tail()
-    assert "past its last confirmed validity" in outcome.tag[LEASE_NOT_LIVE], (outcome.tag, job.log_tail())
-    assert outcome.tag["fence"] == str(FENCE)
+    refused = outcome.lease_refused
+    assert refused is not None, (outcome, job.log_tail())
+    assert "past its last confirmed validity" in refused.reason and refused.fence == FENCE, refused
     assert outcome.snapshot_id is None and outcome.error is None
     assert _record(iceberg_engine, iceberg_table) == before  # no new snapshot, the same rows
 
@@ -181,7 +180,7 @@ def test_driver_under_a_window_kept_fresh_commits(
                          lease_window=(window, FENCE))
         outcome = job.wait(timeout=DRIVER_TIMEOUT)
     assert outcome.committed, (outcome.error, outcome.tag, job.log_tail())
-    assert LEASE_NOT_LIVE not in outcome.tag
+    assert outcome.lease_refused is None, outcome
     after_snapshots, after_rows = _record(iceberg_engine, iceberg_table)
     assert after_snapshots == snapshots + 1
     current = iceberg_engine.session().sql(
@@ -207,7 +206,7 @@ def test_driver_under_a_window_of_another_fence_does_not_commit(
                          config=_config(spark_home), lease_window=(window, FENCE))
         outcome = job.wait(timeout=DRIVER_TIMEOUT)
     assert not outcome.committed, job.log_tail()
-    assert f"names fence {FENCE + 1}" in outcome.tag[LEASE_NOT_LIVE], outcome.tag
+    assert outcome.lease_refused is not None and f"names fence {FENCE + 1}" in outcome.lease_refused.reason, outcome
     assert _record(iceberg_engine, iceberg_table) == before
 
 
@@ -239,11 +238,12 @@ def test_lease_that_lapses_while_the_insert_runs_stops_its_commit(
         job = submit_job(sql, iceberg_table, path, "insert_into", _config(spark_home),
                          lease_window=(window, FENCE))
         outcome = job.wait(timeout=DRIVER_TIMEOUT)
-    if outcome.tag.get(LEASE_REFUSED_AT) == AT_STATEMENT_START:
+    refused = outcome.lease_refused
+    if refused is not None and refused.at == AT_STATEMENT_START:
         # The lease had lapsed before the INSERT began (a slow machine): not the case this test is about.
         assert _record(iceberg_engine, iceberg_table) == before
         pytest.skip("the driver reached its INSERT after the lease lapsed; nothing to learn")
-    if not (outcome.committed or LEASE_NOT_LIVE in outcome.tag):
+    if not (outcome.committed or refused is not None):
         pytest.fail(f"the INSERT failed: {outcome.error}\n{job.log_tail()}")
     assert outcome.tag[LEASE_CHECKED_AT] == AT_COMMIT, job.log_tail()
     committed_at = iceberg_engine.session().sql(
@@ -251,10 +251,10 @@ def test_lease_that_lapses_while_the_insert_runs_stops_its_commit(
     ).collect()[0][0] / 1000
     assert not (outcome.committed and committed_at > lapses_at[0]), (
         f"committed {committed_at - lapses_at[0]:.1f}s after the lease lapsed")
-    assert not outcome.committed, job.log_tail()
-    assert outcome.tag[LEASE_REFUSED_AT] == AT_COMMIT, outcome.tag
-    assert f"(fence {FENCE}) is not certainly live" in outcome.tag[LEASE_NOT_LIVE], outcome.tag
-    assert "lease not live at the commit of" in outcome.tag[LEASE_NOT_LIVE], outcome.tag
+    assert not outcome.committed and refused is not None, job.log_tail()
+    assert refused.at == AT_COMMIT and refused.fence == FENCE, refused
+    assert f"(fence {FENCE}) is not certainly live" in refused.reason, refused
+    assert "lease not live at the commit of" in refused.reason, refused
     assert outcome.snapshot_id is None and outcome.error is None
     assert _record(iceberg_engine, iceberg_table) == before  # no new snapshot, the same rows
 

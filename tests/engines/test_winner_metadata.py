@@ -40,9 +40,9 @@ def test_the_first_metadata_version_after_the_start_wins() -> None:
     entries = _entries()
     prop = iceberg_metadata_winner(entries, W + "00001-b.metadata.json")
     assert prop is not None and prop.tag == {"metadata_file": W + "00002-c.metadata.json", "metadata_version": "2"}
-    assert prop.operation == "metadata change, metadata version 2" and prop.timestamp == "t2"
+    assert prop.operation == "metadata change" and prop.metadata_version == 2 and prop.timestamp == "t2"
     schema = iceberg_metadata_winner(entries, W + "00002-c.metadata.json")
-    assert schema is not None and schema.operation == "metadata change, metadata version 3"
+    assert schema is not None and schema.operation == "metadata change" and schema.metadata_version == 3
     assert schema.snapshot_id is None and schema.version is None  # an Iceberg version is a snapshot's
     assert "metadata version 3" in schema.describe()
 

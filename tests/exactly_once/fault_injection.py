@@ -144,8 +144,9 @@ def run_try(
         except InjectedTimeout as exc:
             return TryResult(False, number, reason=f"not a conflict, left to Airflow: {exc}")
         if outcome.committed:
-            return TryResult(True, number, "exactly_once" in outcome.tag,
-                             outcome.version, outcome.snapshot_id, outcome.tag.get("exactly_once", "committed"))
+            found = outcome.found
+            return TryResult(True, number, found is not None, outcome.version, outcome.snapshot_id,
+                             "committed" if found is None else found.reason)
         assert outcome.classification is not None, outcome
         decision = policy.decide(outcome.classification, number)
         if decision.action is not Action.RETRY:

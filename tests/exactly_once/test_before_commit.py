@@ -62,7 +62,8 @@ def test_a_snapshot_that_holds_the_writes_txn_is_not_committed_on_again(table_pa
         table.append(_rows(1), snapshot=table.load())
     settled = ExactlyOnce(ledger, tag).run(lambda: table.append(_rows(1)), verify_first=False)
     assert settled.committed and settled.version == 1
-    assert "found right before this attempt's commit" in settled.tag["exactly_once"]
+    assert settled.found is not None and settled.found.by == "another try", settled  # the tag names no try
+    assert "found right before this attempt's commit" in settled.found.reason
     assert deltars_rows(table_path) == [1] and table.version() == 1
 
 
@@ -74,7 +75,8 @@ def test_a_concurrent_transaction_of_the_same_write_settles_as_committed(table_p
     settled = ExactlyOnce(DeltaRsLedger(table), first).run(lambda: table.append(_rows(1), snapshot=stale),
                                                            verify_first=False)
     assert settled.committed and settled.version == 1
-    assert settled.tag["exactly_once"].startswith("already committed by try 2: the table refused a second commit")
+    assert settled.found is not None and settled.found.by == "try 2", settled
+    assert settled.found.reason.startswith("already committed by try 2: the table refused a second commit")
     assert deltars_rows(table_path) == [1]
 
 

@@ -166,7 +166,7 @@ def test_a_try_that_committed_but_failed_is_found_by_airflows_retry_and_not_writ
     assert task["tries"] == 2  # the first try failed (timeout), the second verified
     report = task["xcom"]
     assert report["committed"] and report["version"] == 1
-    assert report["tag"]["exactly_once"] == "already committed by an earlier attempt"
+    assert report["committed_by"] == "try 1"  # found in the table: try 1's commit, not this try's
     assert _rows(path) == [{"id": 1, "ds": "a"}, {"id": 2, "ds": "a"}, {"id": 3, "ds": "a"}, {"id": 0, "ds": "b"}]
     from deltalake import DeltaTable
 
@@ -196,7 +196,7 @@ def test_a_spark_iceberg_try_that_committed_but_failed_is_found_by_the_next_try(
     assert task["tries"] == 2
     report = task["xcom"]
     assert report["committed"] and report["snapshot_id"] is not None
-    assert report["tag"]["exactly_once"] == "already committed by an earlier attempt"
+    assert report["committed_by"] == "try 1"  # found in the table: try 1's commit, not this try's
     seen = result["tasks"]["inspect"]["xcom"]
     assert [tuple(r) for r in seen["rows"]] == [(1, "a"), (2, "a")]  # written once
     assert seen["snapshot_tags"] == ["insert"]  # one snapshot, tagged with the task

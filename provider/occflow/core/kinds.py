@@ -130,13 +130,34 @@ _TEXT: dict[ConflictKind, tuple[str, str]] = {
 
 
 @dataclass(frozen=True)
+class MetadataCommit:
+    """A commit that changed the table's metadata, not its data (a schema change, a property):
+    Iceberg writes a new metadata file and no snapshot, Delta a log version with a ``metaData``
+    action. ``version`` is what the format numbers it by (Iceberg: the metadata file's number,
+    ``00004-<uuid>.metadata.json`` / ``v4.metadata.json`` -> 4; Delta: the log version);
+    ``location`` the metadata file where the format has one."""
+
+    version: int | None = None
+    location: str | None = None
+
+    def describe(self) -> str:
+        where = "" if self.location is None else f" ({self.location})"
+        number = "a new metadata version" if self.version is None else f"metadata version {self.version}"
+        return number + where
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.version, "location": self.location}
+
+
+@dataclass(frozen=True)
 class WinningCommit:
     """The commit that won, as far as the engine or the reference engine lets us know it.
 
     ``dag_id`` / ``task_id`` / ``run_id`` / ``try_number`` name the Airflow try that made it when
     the commit carries occflow's tag (``tagged``); ``others`` are the other commits (versions, or
     snapshot ids on Iceberg) that landed since the losing attempt read the table, and ``basis``
-    says how the winner was picked among them.
+    says how the winner was picked among them. ``metadata_version`` numbers a winner that
+    changed only the table's metadata (Iceberg: a schema change writes no snapshot).
     """
 
     version: int | None = None
@@ -151,6 +172,7 @@ class WinningCommit:
     tagged: bool = False
     others: tuple[int, ...] = ()
     basis: str | None = None
+    metadata_version: int | None = None
 
     @property
     def writer(self) -> str | None:
@@ -172,6 +194,8 @@ class WinningCommit:
             parts.append(f"snapshot {self.snapshot_id}")
         if self.operation:
             parts.append(f"operation {self.operation}")
+        if self.metadata_version is not None:
+            parts.append(f"metadata version {self.metadata_version}")
         if self.timestamp:
             parts.append(f"at {self.timestamp}")
         if self.writer is not None:
@@ -195,6 +219,7 @@ class WinningCommit:
             "tagged": self.tagged,
             "others": list(self.others),
             "basis": self.basis,
+            "metadata_version": self.metadata_version,
         }
 
     @classmethod
@@ -214,6 +239,7 @@ class WinningCommit:
             tagged=bool(data.get("tagged", False)),
             others=tuple(int(o) for o in data.get("others") or ()),
             basis=data.get("basis"),
+            metadata_version=_opt_int(data.get("metadata_version")),
         )
 
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .kinds import ConflictKind, WinningCommit
+from .kinds import ConflictKind, MetadataCommit, WinningCommit
 from .policy import Action
 
 #: What ``to_dict`` writes as ``format``: a reader can tell a report from any other XCom value.
@@ -66,7 +66,10 @@ class LostAttempt:
             if won.version is not None
             else (f"snapshot {won.snapshot_id}" if won.snapshot_id is not None else "")
         )
-        parts = [p for p in (where, won.operation or "") if p]
+        what = won.operation or ""
+        if won.metadata_version is not None:  # a schema change writes no snapshot: its metadata version names it
+            what = ", ".join(p for p in (what, f"metadata version {won.metadata_version}") if p)
+        parts = [p for p in (where, what) if p]
         if won.task_id:
             parts.append(f"by task {won.task_id}")
         return " ".join(parts) or None
@@ -134,6 +137,9 @@ class WriteReport:
     #: start-up, reading the task's state): what admission cost before any work ran. ``None``
     #: without a lease, or for a lease this try could not time (older reports).
     grant_to_start_seconds: float | None = None
+    #: The metadata version a schema change committed (Iceberg writes no snapshot for it; Delta
+    #: numbers it by its log version, ``version`` too); ``None`` for a data commit.
+    metadata_commit: MetadataCommit | None = None
 
     @property
     def committed(self) -> bool:
@@ -181,6 +187,7 @@ class WriteReport:
             "footprint_exceeded": None if self.footprint_exceeded is None else dict(self.footprint_exceeded),
             "table_key": self.table_key,
             "grant_to_start_seconds": self.grant_to_start_seconds,
+            "metadata_commit": None if self.metadata_commit is None else self.metadata_commit.to_dict(),
         }
         for key, value in self.engine_details.items():
             data[key] = value
@@ -233,6 +240,7 @@ class WriteReport:
             engine_details={k: v for k, v in data.items() if k not in known},
             table_key=r.opt_str("table_key"),
             grant_to_start_seconds=r.opt_float("grant_to_start_seconds"),
+            metadata_commit=_metadata_commit(r),
         )
 
     @staticmethod
@@ -272,6 +280,7 @@ _KNOWN_KEYS = frozenset(
         "footprint_exceeded",
         "table_key",
         "grant_to_start_seconds",
+        "metadata_commit",
     }
 )
 
@@ -343,6 +352,16 @@ def _lost_from(c: _Reader, d: _Reader | None, reason: str, decision_reason: str,
         seconds=c.opt_float("seconds"),
         error=c.opt_str("error") or "",
     )
+
+
+def _metadata_commit(r: _Reader) -> MetadataCommit | None:
+    """``metadata_commit``: a schema change's metadata version (reports from before it was a
+    typed field carried the same mapping among the engine details, under the same key)."""
+    data = r.opt_mapping("metadata_commit")
+    if not data:
+        return None
+    m = _Reader(data, f"{r.where}.metadata_commit")
+    return MetadataCommit(version=m.opt_int("version"), location=m.opt_str("location"))
 
 
 def _partitions(r: _Reader) -> tuple[Mapping[str, Any], ...] | None:

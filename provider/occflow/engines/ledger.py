@@ -48,19 +48,15 @@ class FoundCommit:
     committed_at: str | None = None
 
     def outcome(self, operation: Operation, reason: str) -> WriteOutcome:
-        """The write's outcome as the earlier attempt would have reported it."""
-        tag = {"exactly_once": reason, "write_id": self.tag.write_id}
+        """The write settled as committed by the try whose commit this is (``by``), as the
+        attempt that found it reports it: nothing written by that attempt; ``reason`` says how
+        it was found."""
+        labels = {"write_id": self.tag.write_id}
         if self.committed_at is not None:
-            tag["committed_at"] = self.committed_at
-        return WriteOutcome(
-            engine=self.engine,
-            table=self.table,
-            operation=operation,
-            committed=True,
-            seconds=0.0,
-            version=self.version,
-            snapshot_id=self.snapshot_id,
-            tag=tag,
+            labels["committed_at"] = self.committed_at
+        return WriteOutcome.already_committed(
+            self.engine, self.table, operation, reason,
+            by=self.by, version=self.version, snapshot_id=self.snapshot_id, tag=labels,
         )
 
     def describe(self) -> str:

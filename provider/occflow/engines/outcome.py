@@ -10,6 +10,9 @@ from typing import Any
 
 from ..core.causes import explicit_chain
 from ..core.kinds import Classification, ConflictKind, WinningCommit
+
+# A schema change's commit is core's type (the report names it too); engines import it from here.
+from ..core.kinds import MetadataCommit as MetadataCommit
 from ..core.operations import Operation
 
 
@@ -69,23 +72,6 @@ class LeaseRefusal:
     fence: int | None = None
 
 
-@dataclass(frozen=True)
-class MetadataCommit:
-    """A commit that changed the table's metadata, not its data (a schema change, a property):
-    Iceberg writes a new metadata file and no snapshot, Delta a log version with a ``metaData``
-    action. ``version`` is what the format numbers it by (Iceberg: the metadata file's number,
-    ``00004-<uuid>.metadata.json`` / ``v4.metadata.json`` -> 4; Delta: the log version);
-    ``location`` the metadata file where the format has one."""
-
-    version: int | None = None
-    location: str | None = None
-
-    def describe(self) -> str:
-        where = "" if self.location is None else f" ({self.location})"
-        number = "a new metadata version" if self.version is None else f"metadata version {self.version}"
-        return number + where
-
-
 class MalformedOutcome(ValueError):
     """A ``WriteOutcome`` dict (a spark-submit driver's outcome file) that cannot be read back:
     the message names the field that is wrong."""
@@ -109,8 +95,8 @@ class WriteOutcome:
     What the write flow branches on is a typed field, set by the engine's target: ``found``
     (the write was in the table already), ``lease_refused`` (nothing committed, the lease was
     not live), ``metadata_commit`` (a schema change's new metadata version), ``damage``. ``tag``
-    is free-form payload (the commit's own labels, engine details for the report): nothing
-    decides on its keys.
+    is free-form payload (the commit's own labels, as text): nothing decides on its keys, nor
+    reads values back from them (``engine_details`` holds them typed).
     """
 
     engine: str
@@ -134,6 +120,11 @@ class WriteOutcome:
     lease_refused: LeaseRefusal | None = None
     #: The metadata version a schema change committed (Iceberg writes no snapshot for it).
     metadata_commit: MetadataCommit | None = None
+    #: What the engine says about the attempt beyond its version, as JSON values of their own
+    #: types (a number as a number, a flag as a boolean), set where the engine reports them
+    #: (MaxCompute: the instance, its time version, whether it was reconnected to): the
+    #: engine's target puts them in the report. Never parsed back from ``tag`` strings.
+    engine_details: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.found is not None and not self.committed:
@@ -186,14 +177,6 @@ class WriteOutcome:
             tag=payload, lease_refused=LeaseRefusal(reason, at, fence),
         )
 
-    def as_found(self, reason: str, by: str | None = None) -> WriteOutcome:
-        """This committed outcome (a commit a ledger found in the table) settled as this write's
-        own, made by ``by``: nothing written by the attempt that found it."""
-        payload = {**self.tag, LEGACY_FOUND: reason}
-        if by is not None:
-            payload[LEGACY_COMMITTED_BY] = by
-        return replace(self, committed=True, seconds=0.0, tag=payload, found=FoundInTable(reason, by))
-
     # ------------------------------------------------------------------ what it did
 
     @property
@@ -221,6 +204,7 @@ class WriteOutcome:
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = asdict(self)
         data["operation"] = self.operation.value
+        data["engine_details"] = dict(self.engine_details)
         data["classification"] = None if self.classification is None else self.classification.to_dict()
         return data
 
@@ -267,6 +251,7 @@ class WriteOutcome:
                 version=_int(meta, "version", "outcome.metadata_commit"),
                 location=_opt_text(meta, "location", "outcome.metadata_commit"),
             ),
+            engine_details=dict(_mapping(data, "engine_details")),
         )
 
 

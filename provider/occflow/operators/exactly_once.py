@@ -81,7 +81,7 @@ class ExactlyOnce:
         found = self.ledger.find_commit(self.tag)
         if found is None:
             return None
-        return found.outcome(self.tag.operation, reason).as_found(reason, found.by)
+        return found.outcome(self.tag.operation, reason)
 
     def ensure_not_committed(self) -> None:
         """Raise ``AlreadyCommitted`` if the write is in the table: the check right before a commit."""
@@ -184,7 +184,7 @@ def _settled(found: FoundCommit, tag: CommitTag, why: str) -> WriteOutcome:
     """The write settled as committed by the try whose commit ``found`` is; this one adds none."""
     mine = "" if tag.try_number is None else f"; try {tag.try_number} did not commit again"
     reason = f"already committed by {found.by}: {why}{mine}"
-    return found.outcome(tag.operation, reason).as_found(reason, found.by)
+    return found.outcome(tag.operation, reason)
 
 
 @dataclass(frozen=True)

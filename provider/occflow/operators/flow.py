@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, NoReturn
 
@@ -341,9 +341,6 @@ class WriteFlow:
         declaration, history = self.declaration, self.history
         tag = {} if outcome is None else dict(outcome.tag)
         details = dict(self.target.report_details(declaration, outcome))
-        if outcome is not None and outcome.metadata_commit is not None:
-            # A schema change's commit is a metadata version, not a snapshot: the report names it.
-            details["metadata_commit"] = asdict(outcome.metadata_commit)
         return WriteReport(
             table=declaration.table,
             operation=declaration.operation.value,
@@ -365,6 +362,7 @@ class WriteFlow:
             fence=self.fence,
             lease_lost=tuple(history.lease_losses),
             committed_by=None if outcome is None or outcome.found is None else outcome.found.by,
+            metadata_commit=None if outcome is None else outcome.metadata_commit,
             engine_details=details,
             table_key=None if declaration.location is None else declaration.table_key,
             grant_to_start_seconds=self._grant_to_start,

@@ -5,7 +5,6 @@ with what happens next, and which try made a commit a later try found in the tab
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 
 from ..core.advice import kind_help
 from ..core.policy import Action, Decision
@@ -77,16 +76,14 @@ def attempt_line(lost: LostAttempt, operation: str, table: str, decision: Decisi
 def fitted_to_engine(decision: Decision, engine: str) -> Decision:
     """A fail-fast decision whose reason is its kind's generic help, worded for ``engine``
     (``core.advice``): delta-rs's protocol change is not fixed by upgrading delta-rs."""
-    generic = decision.kind.help
-    if decision.action is Action.FAIL and decision.reason.endswith(generic):
-        return replace(decision, reason=decision.reason[: -len(generic)] + kind_help(decision.kind, engine))
-    return decision
+    if decision.action is not Action.FAIL:
+        return decision
+    return decision.with_advice(kind_help(decision.kind, engine))
 
 
 def why(decision: Decision) -> str:
     """The decision's reason without the ``kind:`` prefix the policy puts before it."""
-    prefix = f"{decision.kind.value}: "
-    return decision.reason[len(prefix) :] if decision.reason.startswith(prefix) else decision.reason
+    return decision.why
 
 
 def sentence(text: str) -> str:

@@ -151,13 +151,47 @@ class KindPolicy:
 
 @dataclass(frozen=True)
 class Decision:
-    """What a policy decided about one failure."""
+    """What a policy decided about one failure.
+
+    ``reason`` is the sentence as printed: ``"<kind>: <because><advice>"`` when a policy took
+    the decision (``taken``). Its parts are fields so that nobody cuts the sentence back apart:
+    ``because`` is the policy's own words, ``advice`` the kind's generic help text a fail-fast
+    on a kind that is not retry-safe ends with (``ConflictKind.help``), which the flow words for
+    the engine (``with_advice``). A decision built without a policy (the simulator's baselines)
+    has no prefix and no advice: its ``because`` is its ``reason``.
+    """
 
     action: Action
     delay_seconds: float
     reason: str
     kind: ConflictKind = ConflictKind.NOT_A_CONFLICT
     attempt: int = 1
+    because: str = ""
+    advice: str = ""
+
+    def __post_init__(self) -> None:
+        if not (self.because or self.advice):
+            # Built from a reason alone: that reason is all there is to say why.
+            object.__setattr__(self, "because", self.reason)
+
+    @classmethod
+    def taken(
+        cls, action: Action, delay_seconds: float, kind: ConflictKind, attempt: int, because: str, advice: str = ""
+    ) -> Decision:
+        """A policy's decision: its printed ``reason`` is the kind, then why."""
+        return cls(action, delay_seconds, f"{kind.value}: {because}{advice}", kind, attempt, because, advice)
+
+    @property
+    def why(self) -> str:
+        """The reason without the ``kind:`` prefix the policy puts before it."""
+        return self.because + self.advice
+
+    def with_advice(self, advice: str) -> Decision:
+        """This decision with ``advice`` in place of the kind's generic help it ends with (an
+        engine's own wording, ``core.advice.kind_help``); unchanged when it ends with none."""
+        if not self.advice:
+            return self
+        return Decision.taken(self.action, self.delay_seconds, self.kind, self.attempt, self.because, advice)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -218,10 +252,13 @@ class WritePolicy:
         stage, made, index = policy.stage_at(attempt, elapsed_seconds)
         if stage.action.retries_the_write and stage.stop.should_stop(made, elapsed_seconds):
             # The last stage ran out without a ``then``: nothing left but failing.
-            return Decision(Action.FAIL, 0.0, f"{kind.value}: gave up after {attempt} attempts", kind, attempt)
-        delay = stage.wait.seconds(index, rng) if stage.action.retries_the_write else 0.0
-        reason = f"{kind.value}: {stage.reason or policy.reason}"
-        return Decision(stage.action, round(delay, 3), reason, kind, attempt)
+            return Decision.taken(Action.FAIL, 0.0, kind, attempt, f"gave up after {attempt} attempts")
+        delay = round(stage.wait.seconds(index, rng) if stage.action.retries_the_write else 0.0, 3)
+        because = stage.reason or policy.reason
+        if stage.action is Action.FAIL and because == kind.help:
+            # The kind's generic help (derive's "not retry-safe" rule): the flow words it for the engine.
+            return Decision.taken(stage.action, delay, kind, attempt, "", because)
+        return Decision.taken(stage.action, delay, kind, attempt, because)
 
     # ----- printing and serialising
 

@@ -84,19 +84,19 @@ class MaxComputeTarget:
     def report_details(
         self, declaration: WriteDeclaration, outcome: WriteOutcome | None
     ) -> Mapping[str, Any]:
-        tag = {} if outcome is None else outcome.tag
+        details: Mapping[str, Any] = {} if outcome is None else outcome.engine_details
         return {
             "maxcompute": {
-                "instance_id": tag.get("instance_id"),
-                "logview": tag.get("logview"),
+                "instance_id": details.get("instance_id"),
+                "logview": details.get("logview"),
                 "id_version": None if outcome is None else outcome.version,
-                "time_version": None if tag.get("time_version") is None else float(tag["time_version"]),
+                "time_version": details.get("time_version"),
                 # compaction and clustering rewrite files without changing data: no time version (spec 001)
                 "data_change": None
                 if outcome is None or not outcome.committed
                 else declaration.operation.changes_data,
-                "meta_level_retry": tag.get("meta_level_retry") == "true",
-                "reconnected": tag.get("reconnected") == "true",
+                "meta_level_retry": bool(details.get("meta_level_retry", False)),
+                "reconnected": bool(details.get("reconnected", False)),
             }
         }
 

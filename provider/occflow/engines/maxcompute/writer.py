@@ -117,11 +117,15 @@ class MaxComputeWrite:
         error = self._wait(instance)
         seconds = time.monotonic() - started
         info = _commit_info(instance)
-        tag = {"instance_id": str(instance.id), "logview": _logview(instance)}
+        instance_id, logview = str(instance.id), _logview(instance)
+        tag = {"instance_id": instance_id, "logview": logview}
         if reconnected:
             tag["reconnected"] = "true"
+        # The same, typed, for the report (``time_version`` and ``meta_level_retry``: ``_committed``).
+        details: dict[str, Any] = {"instance_id": instance_id, "logview": logview, "time_version": None,
+                                   "meta_level_retry": False, "reconnected": reconnected}
         if error is None:
-            return self._committed(info, tag, seconds)
+            return self._committed(info, tag, details, seconds)
         if self.fence is not None and lease_lapsed() and not instance.is_successful():
             # The lease lapsed while the job ran (this client stalled): a write admitted in its
             # place stopped the job on the service before it committed (jobs.stop_fenced_jobs).
@@ -142,7 +146,7 @@ class MaxComputeWrite:
             tag["residue"] = "none: the service reports that the failed job committed nothing"
         return WriteOutcome(
             engine=ENGINE, table=self.table, operation=self.operation, committed=False, seconds=seconds,
-            error=ErrorInfo.from_exception(error), classification=found, tag=tag,
+            error=ErrorInfo.from_exception(error), classification=found, tag=tag, engine_details=details,
         )
 
     def _refuse_after_unknown_state(self) -> None:
@@ -167,9 +171,15 @@ class MaxComputeWrite:
             return exc
         return None
 
-    def _committed(self, info: Mapping[str, Any], tag: dict[str, str], seconds: float) -> WriteOutcome:
-        if info.get("time_version") is not None:
-            tag["time_version"] = repr(info["time_version"])
+    def _committed(
+        self, info: Mapping[str, Any], tag: dict[str, str], details: dict[str, Any], seconds: float
+    ) -> WriteOutcome:
+        time_version = info.get("time_version")
+        details["time_version"] = None if time_version is None else float(time_version)
+        details["meta_level_retry"] = bool(info.get("rebased"))
+        # The tag carries the same as the commit's labels, in text.
+        if time_version is not None:
+            tag["time_version"] = repr(time_version)
         if "data_change" in info:
             tag["data_change"] = str(bool(info["data_change"])).lower()
         if info.get("rebased"):
@@ -177,7 +187,8 @@ class MaxComputeWrite:
             tag["meta_level_retry"] = "true"
         version = info.get("id_version")
         return WriteOutcome(engine=ENGINE, table=self.table, operation=self.operation, committed=True,
-                            seconds=seconds, version=None if version is None else int(version), tag=tag)
+                            seconds=seconds, version=None if version is None else int(version), tag=tag,
+                            engine_details=details)
 
 
 def _settled_successfully(instance: Any) -> bool:

@@ -155,7 +155,7 @@ def run_tagged(engine: SparkEngine, job: Any, table: str, operation: str | None,
         op = parse_operation(operation) if operation else tag.operation
         reason = (f"already committed by {done.found.by}: found by the driver right before its commit; "
                   "this driver did not commit again")
-        return done.found.outcome(op, reason).as_found(reason, done.found.by)
+        return done.found.outcome(op, reason)
 
 
 def _report_application(outcome_path: str, engine: SparkEngine) -> dict[str, Any]:

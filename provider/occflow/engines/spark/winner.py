@@ -303,9 +303,9 @@ def iceberg_metadata_winner(entries: Sequence[Mapping[str, Any]], since_file: st
     number = metadata_version(str(chosen["file"]))
     # The log's schema id is the current snapshot's, so it cannot tell a schema change from a
     # property change: both are named as what they are to Iceberg, a new metadata version.
-    label = "metadata change" if number is None else f"metadata change, metadata version {number}"
     return WinningCommit(
-        operation=label,
+        operation="metadata change",
+        metadata_version=number,
         timestamp=None if chosen.get("at") is None else str(chosen["at"]),
         tag={"metadata_file": str(chosen["file"]), **({} if number is None else {"metadata_version": str(number)})},
         basis=(
