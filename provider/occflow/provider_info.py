@@ -45,6 +45,12 @@ DOCS_URL = "docs/index.md"
 #: The pages a user of each part reads first (how-to guides in Airflow's integration entry).
 HOW_TO_GUIDES = ["docs/operators.md", "docs/alerting.md", "docs/admission.md"]
 
+#: Asset URI schemes occflow names tables by where Airflow has none (docs/assets.md): a table in
+#: a Spark catalog (``iceberg``, ``delta``) or a MaxCompute project. Tables at a location are
+#: ``file://`` / ``s3://`` ..., Airflow's own. The handler normalises the table identifier.
+ASSET_SCHEMES = ("iceberg", "delta", "maxcompute")
+ASSET_URI_HANDLER = "occflow.operators.assets.sanitize_table_uri"
+
 MAXCOMPUTE_HOOK_MODULE = "occflow.hooks.maxcompute"
 MAXCOMPUTE_OPERATOR_MODULE = "occflow.operators.maxcompute"
 
@@ -96,6 +102,7 @@ def get_provider_info() -> dict[str, Any]:
         "notifications": ["occflow.notifications.conflict.ConflictNotifier"],
         "connection-types": connection_types,
         "extra-links": list(EXTRA_LINKS),
+        "asset-uris": [{"schemes": list(ASSET_SCHEMES), "handler": ASSET_URI_HANDLER}],
         "task-decorators": [
             {"name": "occflow_write", "class-name": "occflow.decorators.occflow_write.occflow_write"}
         ],

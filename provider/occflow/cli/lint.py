@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..core.errors import OccflowError
-from ..hooks.spark import default_delta_location
+from ..engines.deltars.location import default_delta_location
 from ..lint.baseline import read_baseline, write_baseline
 from ..lint.config import load_config
 from ..lint.dagscan import ScannedFolder, scan_dag_folder

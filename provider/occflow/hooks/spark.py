@@ -29,7 +29,11 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow.sdk.log import mask_secret
 
 from ..core.secrets import secret_values
-from ..engines.deltars.location import table_location
+
+# The embedded default's places, public here as before (the DAGs and docs import them from the hook).
+from ..engines.deltars.location import default_delta_location as default_delta_location
+from ..engines.deltars.location import delta_warehouse as delta_warehouse
+from ..engines.home import embedded_home as embedded_home
 from ..engines.spark import SparkConfig, SparkConfigError
 from .extras import MAX_DEPTH, connection_extras, nesting_depth
 from .forms import SPARK_CONN_TYPE, SPARK_CONNECTION_FIELDS, SPARK_FIELD_BEHAVIOUR
@@ -44,22 +48,6 @@ _CATALOG_FIELDS = {"catalog_type": "type", "catalog_uri": "uri", "warehouse": "w
 _FORM_PREFIX = f"extra__{CONN_TYPE}__"  # how older Airflow UIs stored form fields
 #: Seconds a connection test waits for a master or Spark Connect server to accept a connection.
 TEST_TIMEOUT = 5.0
-
-
-def embedded_home() -> Path:
-    """Where the embedded default keeps warehouse and catalog: ``$OCCFLOW_HOME`` or ``~/.occflow``."""
-    return Path(os.environ.get("OCCFLOW_HOME") or Path.home() / ".occflow").expanduser()
-
-
-def delta_warehouse() -> Path:
-    """The root every derived delta-rs location stays under: ``$OCCFLOW_HOME/delta``."""
-    return embedded_home() / "delta"
-
-
-def default_delta_location(table: str) -> str:
-    """``$OCCFLOW_HOME/delta/<db>/<table>`` (``~/.occflow`` by default) for the embedded default;
-    an error if the name would lead outside that root (``engines.deltars.location``)."""
-    return table_location(delta_warehouse(), table)
 
 
 def config_from_connection(host: str | None, extras: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """The operator every occflow write operator shares: its parameters, ``declare()``, and
-``execute()`` = declare -> admit or defer -> run the write's ``WriteFlow``.
+``execute()`` = declare -> admit or defer -> run the write's ``WriteFlow`` -> its asset event.
 
 A subclass says how its write is declared (``declare``) and which engine runs it
 (``write_target``: a ``WriteTarget`` from its engine folder). The run itself, attempt ->
@@ -28,6 +28,14 @@ from ..core.report import WriteReport, WriteStatus
 from ..engines.target import WriteTarget
 from . import admission
 from .admission import AdmissionSettings
+from .assets import (
+    TableAssetsMixin,
+    as_list,
+    checked_key_columns,
+    key_placeholder,
+    table_asset,
+    with_table_outlet,
+)
 from .exactly_once import stale_overwrite_action, try_number
 from .flow import MAX_LEASE_LOSSES, FlowSettings, WriteFlow, WriteLost, ended_by, task_ref
 from .history import WriteHistory, load_history
@@ -37,6 +45,13 @@ from .write_ends import ConflictFailure, GateTimeoutFailure, LeaseLostFailure, W
 
 #: The XCom key every write pushes its report under, whatever its end (``WriteReport``).
 REPORT_XCOM_KEY = "occflow_report"
+#: Each try's report in the task state store: ``occflow_report.try.<n>`` (the view reads them).
+TRY_REPORT_KEY_PREFIX = f"{REPORT_XCOM_KEY}.try."
+
+
+def try_report_key(try_number: int) -> str:
+    """The task state store key of try ``try_number``'s report."""
+    return f"{TRY_REPORT_KEY_PREFIX}{try_number}"
 #: Seconds a commit waits at its gate by default when the task has no ``execution_timeout``
 #: (``gate_timeout`` on the operator). A gate opens when the leases it awaits end, by release
 #: or by lapse: only a live writer running longer than this holds it closed so long.
@@ -46,7 +61,7 @@ DEFAULT_GATE_TIMEOUT_SECONDS = 3600.0
 GATE_REPORT_MARGIN_SECONDS = 30.0
 
 
-class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
+class OccflowWriteOperator(TableAssetsMixin, OpenLineageMixin, BaseOperator):
     """A write on a lakehouse table that knows its table format's conflict matrix.
 
     :param table: the table identifier (``catalog.db.table``); validated at DAG parse time.
@@ -77,6 +92,14 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
         them. Default: what is left of the task's ``execution_timeout`` (less a margin, so the
         failure is occflow's, with its report), else ``DEFAULT_GATE_TIMEOUT_SECONDS`` (1 hour).
         A number is capped by what is left of ``execution_timeout`` too.
+    :param partition_key_columns: take the partition written from the DAG run's
+        ``partition_key`` (``CronPartitionTimetable``, ``PartitionedAssetTimetable``): the key's
+        ``|``-separated values, one per column named here, in this order (docs/assets.md). Instead
+        of ``partitions``; a key that does not parse for these columns fails the try before
+        admission. The asset event's partition keys are written in this order too.
+
+    The table is an outlet ``Asset`` of the task (docs/assets.md); a committed write emits its
+    asset event with what it committed, a try that committed nothing emits none.
     """
 
     template_fields: Sequence[str] = ("partitions",)
@@ -105,9 +128,13 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
         exactly_once: bool = True,
         stale_overwrite: str | None = None,
         gate_timeout: float | None = None,
+        partition_key_columns: Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.partition_key_columns = checked_key_columns(partition_key_columns, self.task_id)
+        if self.partition_key_columns is not None:
+            partitions = key_placeholder(self.partition_key_columns, partitions, self.task_id)
         # Parse time: a bad table, operation, profile or partition spec fails the DAG import.
         self.occflow_write = WriteDeclaration.create(
             table,
@@ -141,7 +168,9 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
 
     @classmethod
     def partial(cls, **kwargs: Any) -> Any:  # type: ignore[override]
-        """Like ``BaseOperator.partial``, but the declaration's fixed parts are checked now.
+        """Like ``BaseOperator.partial``, but the declaration's fixed parts are checked now, and
+        the table's asset is an outlet of the mapped task where its URI is known from the
+        arguments (``parse_time_asset_uri``).
 
         Airflow builds mapped tasks without calling ``__init__`` at parse time; a bad table or
         operation in ``.partial(...)`` must still fail the DAG import, not the first mapped task.
@@ -149,6 +178,9 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
         from airflow.sdk.bases.operator import partial as airflow_partial
 
         cls.parse_time_declaration(kwargs)
+        uri = cls.parse_time_asset_uri(kwargs)
+        if uri is not None:
+            kwargs = {**kwargs, "outlets": with_table_outlet(as_list(kwargs.get("outlets")), table_asset(uri))}
         return airflow_partial(cls, **kwargs)
 
     @classmethod
@@ -157,6 +189,9 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
         policy overrides checked; ``None`` when they leave the table or operation to ``expand``."""
         if "table" not in kwargs or "operation" not in kwargs:
             return None
+        key_columns = checked_key_columns(kwargs.get("partition_key_columns"), str(kwargs.get("task_id")))
+        if key_columns is not None:
+            kwargs = {**kwargs, "partitions": key_placeholder(key_columns, kwargs.get("partitions"), str(kwargs.get("task_id")))}
         table_format = kwargs.get("table_format")
         if table_format is None and not kwargs.get("profile"):
             table_format = cls.default_table_format
@@ -177,17 +212,23 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         self._execute_started = time.monotonic()  # where Airflow's execution_timeout starts
         with self._reported(context):
+            self.take_partitions_from_run(context)
             declaration = self.declare()
             lease = admission.admit(self.admission_settings(), declaration, context, self.log, self.defer)
-            return self.write(declaration, lease, context)
+            report = self.write(declaration, lease, context)
+        self.emit_table_event(context)
+        return report
 
     def execute_admitted(self, context: Any, event: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Resumed by the admission trigger: the lease was granted while the task was deferred."""
         self._execute_started = time.monotonic()  # a resumed try's execution_timeout starts anew
         with self._reported(context):
+            self.take_partitions_from_run(context)
             declaration = self.declare()
             lease = admission.lease_from_event(self.admission_settings(), event)
-            return self.write(declaration, lease, context)
+            report = self.write(declaration, lease, context)
+        self.emit_table_event(context)
+        return report
 
     @contextlib.contextmanager
     def _reported(self, context: Any) -> Iterator[None]:
@@ -325,6 +366,15 @@ class OccflowWriteOperator(OpenLineageMixin, BaseOperator):
             ti.xcom_push(key=REPORT_XCOM_KEY, value=report.to_dict())
         except Exception as exc:  # noqa: BLE001 - the write's end must not be hidden by its report
             self.log.warning("could not push the write report to XCom: %s", exc)
+        # Airflow clears a task's XComs when its next try starts: each try's report is also kept
+        # in the task state store under its own key, written while the try still runs (Airflow
+        # refuses the write once the try has ended), so the view shows every try.
+        store = context.get("task_state_store") if hasattr(context, "get") else None
+        if store is not None:
+            try:
+                store.set(try_report_key(try_number(context)), report.to_dict())
+            except Exception as exc:  # noqa: BLE001 - as above
+                self.log.warning("could not keep this try's report: %s", exc)
 
     # ------------------------------------------------------------------ engine-specific
 
@@ -339,6 +389,8 @@ __all__ = [
     "DEFAULT_GATE_TIMEOUT_SECONDS",
     "GateTimeoutFailure",
     "REPORT_XCOM_KEY",
+    "TRY_REPORT_KEY_PREFIX",
+    "try_report_key",
     "LeaseLostFailure",
     "OccflowWriteOperator",
     "WriteHistory",

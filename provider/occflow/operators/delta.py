@@ -17,7 +17,7 @@ from ..core.report import WriteReport
 from ..engines.deltars.target import DeltaJob, DeltaRsTarget, DeltaRsWrite, new_table_schema
 from ..hooks.spark import default_delta_location
 from .base import OccflowWriteOperator
-from .lineage import path_dataset
+from .lineage import location_uri, path_dataset
 
 #: The matrix delta-rs really implements (``docs/engines-deltars.md``): the operator's default
 #: profile, and the one admission checks for corrupting pairs whatever the task declares.
@@ -112,6 +112,22 @@ class DeltaWriteOperator(OccflowWriteOperator):
             raise InvalidDeclarationError(
                 f"{self.task_id}: schema / partition_by need create_if_missing=True"
             )
+        self.declare_table_outlet()
+
+    def table_asset_uri(self) -> str | None:
+        """The table's location as OpenLineage names it (``file:///abs/path``, ``s3://...``);
+        ``None`` for a templated path (known only when the task runs: give ``outlets=``)."""
+        return _asset_uri_of(self.path)
+
+    @classmethod
+    def parse_time_asset_uri(cls, kwargs: Mapping[str, Any]) -> str | None:
+        path = kwargs.get("path")
+        if path is None and isinstance(kwargs.get("table"), str):
+            try:
+                path = default_delta_location(kwargs["table"])
+            except InvalidDeclarationError:
+                return None
+        return _asset_uri_of(path)
 
     @classmethod
     def parse_time_declaration(cls, kwargs: Mapping[str, Any]) -> WriteDeclaration | None:
@@ -140,12 +156,15 @@ class DeltaWriteOperator(OccflowWriteOperator):
             target = self._target()
             if self.create_if_missing:
                 self._create_table(target, declaration)
+            facts = target.table_facts()
             try:
-                target.check_profile(declaration)
+                target.check_profile(declaration, facts)
             except InvalidDeclarationError as exc:
                 if not self.allow_unsafe_concurrency:
                     raise
                 self.log.warning("%s (allow_unsafe_concurrency=True: running anyway)", exc)
+            if facts is not None:  # {"p": "07"} on an INT column is the partition p=7 delta-rs writes
+                declaration = declaration.with_typed_partitions(facts.partition_column_types, facts.engine)
             target.check_columns(declaration)
             self._refuse_unsafe_partner(declaration)
         except InvalidDeclarationError as exc:
@@ -237,6 +256,14 @@ def _parse_time_location(path: Any, table: str) -> str | None:
     if not isinstance(path, str) or "{{" in path or "{%" in path:
         return None
     return _resolved(path)
+
+
+def _asset_uri_of(path: Any) -> str | None:
+    """The asset URI of a table at ``path``: its OpenLineage location (``lineage.location_uri``),
+    or ``None`` while the path holds a template."""
+    if not isinstance(path, str) or "{{" in path or "{%" in path:
+        return None
+    return location_uri(path)
 
 
 def _resolved(path: str) -> str:

@@ -18,10 +18,12 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from ..core.declaration import WriteDeclaration
 from ..core.errors import InvalidDeclarationError
+from ..core.identifiers import table_parts, unquoted_parts
 from ..core.profiles import get_profile
 from ..engines.maxcompute import check_maxcompute_sql, read_maxcompute_write
 from ..engines.maxcompute.target import MaxComputeTarget
 from ..hooks.maxcompute import DEFAULT_CONN_ID, OccflowMaxComputeHook
+from .assets import catalog_table_uri
 from .base import OccflowWriteOperator
 from .derived import settle
 
@@ -108,6 +110,16 @@ class MaxComputeWriteOperator(OccflowWriteOperator):
         self._instance: Any = None  # the running attempt's instance (stopped by on_kill)
         if not _templated(sql):
             check_maxcompute_sql(sql, self.occflow_write, self.task_id)  # a DAG import error
+        self.declare_table_outlet()
+
+    def openlineage_location(self) -> tuple[str, str, tuple[str, str] | None]:
+        """``maxcompute://<project>`` and the table: the project is the table's first part
+        (``project.table``), else ``project=``, else the connection (not read at parse time)."""
+        return maxcompute_dataset(self.table, self.project, self.maxcompute_conn_id)
+
+    def table_asset_uri(self) -> str | None:
+        namespace, name, _ = self.openlineage_location()
+        return catalog_table_uri("maxcompute", namespace, name)
 
     @classmethod
     def parse_time_declaration(cls, kwargs: Mapping[str, Any]) -> WriteDeclaration | None:
@@ -152,7 +164,7 @@ class MaxComputeWriteOperator(OccflowWriteOperator):
     def declare_from_table(self, declaration: WriteDeclaration) -> WriteDeclaration:
         """The declaration the rendered SQL and the table's facts give (see the module docstring)."""
         facts = self._target(declaration).table_facts()
-        derived = read_maxcompute_write(self.sql, facts.partition_columns)
+        derived = read_maxcompute_write(self.sql, facts.partition_columns, facts.partition_column_types)
         check_maxcompute_sql(self.sql, replace(declaration, partitions=None), self.task_id)
         profile = facts.profile(derived.operation) if self.derives["profile"] else declaration.profile
         if not self.derives["profile"]:
@@ -162,6 +174,7 @@ class MaxComputeWriteOperator(OccflowWriteOperator):
                 f"{derived.operation.value} is not a write on {facts.table}: its matrix {profile.name} knows "
                 f"{', '.join(o.value for o in profile.operations)} ({'; '.join(facts.why())})"
             )
+        declaration = declaration.with_typed_partitions(facts.partition_column_types, facts.engine)
         settled = settle(declaration, derived, profile, facts, derive_partitions=self.derives["partitions"])
         self.profile = settled.declaration.profile.name  # the retry policy follows the table's matrix
         self.log.info("declared from the SQL and the table: %s", "; ".join(settled.why))
@@ -198,6 +211,15 @@ class MaxComputeWriteOperator(OccflowWriteOperator):
         instance = self._instance
         if self.cancel_on_kill and instance is not None:
             instance.stop()
+
+
+def maxcompute_dataset(table: str, project: str | None, conn_id: str) -> tuple[str, str, None]:
+    """The OpenLineage dataset (and so the asset) of a MaxCompute table: namespace
+    ``maxcompute://<project>``, name the table within the project."""
+    parts = unquoted_parts(table)
+    if len(parts) >= 2:
+        return f"maxcompute://{parts[0]}", ".".join(table_parts(table)[1:]), None
+    return f"maxcompute://{project or conn_id}", table, None
 
 
 def _templated(sql: str) -> bool:

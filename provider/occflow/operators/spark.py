@@ -13,10 +13,11 @@ from ..core.declaration import WriteDeclaration
 from ..core.errors import InvalidDeclarationError
 from ..core.sql import check_sql_write, job_text
 from ..core.sqlderive import check_derived_against, derive_write
-from ..engines.spark import SparkConfig
+from ..engines.spark import IcebergFormat, SparkConfig
 from ..engines.spark.ddl import table_columns
 from ..engines.spark.target import SparkJob, SparkTarget, spark_engine
 from ..hooks.spark import DEFAULT_CONN_ID, OccflowSparkHook
+from .assets import TABLE_SCHEMES, catalog_table_uri
 from .base import OccflowWriteOperator
 from .derived import settle
 from .lineage import spark_table_location
@@ -132,8 +133,11 @@ class SparkWriteOperator(OccflowWriteOperator):
         super().__init__(**kwargs)
         self.derives = derives
         self.sql: SqlText | None = sql
-        self.job = None if self.sql is not None else job
-        if self.job is not None and not (callable(self.job) or isinstance(self.job, Path)):
+        # Not SQL: a callable or an application file (checked below); SQL runs from ``self.sql``.
+        self.job: Path | Callable[..., None] | None = None
+        if self.sql is None and (callable(job) or isinstance(job, Path)):
+            self.job = job
+        elif self.sql is None:
             raise InvalidDeclarationError(
                 f"{self.task_id}: job must be SQL text, a list of SQL statements, a callable (spark, "
                 f"context) or a Path to an application file, got {type(job).__name__}"
@@ -161,6 +165,12 @@ class SparkWriteOperator(OccflowWriteOperator):
             # than the engine's reading: no engine named, the widest rule applies).
             derived = derive_write(self.sql, list(self.partition_columns))
             self.occflow_write = replace(self.occflow_write, partitions=derived.partitions)
+        self.declare_table_outlet()
+
+    def table_asset_uri(self) -> str | None:
+        return spark_asset_uri(
+            self.table, self.occflow_write.profile.table_format, self.spark_config, self.occflow_spark_conn_id
+        )
 
     def declare(self) -> WriteDeclaration:
         config = self.session_config()  # one read of the Airflow connection for both uses below
@@ -192,7 +202,10 @@ class SparkWriteOperator(OccflowWriteOperator):
                 f"{list(facts.partition_columns) or 'nothing'}: fix the hint (lint read the DAG with it)"
             )
         derived = derive_write(
-            self.sql or "", None if facts is None else facts.partition_columns, None if facts is None else facts.engine
+            self.sql or "",
+            None if facts is None else facts.partition_columns,
+            None if facts is None else facts.engine,
+            column_types=None if facts is None else facts.partition_column_types,
         )
         profile = declaration.profile
         if facts is not None and self.derives["profile"]:
@@ -204,6 +217,8 @@ class SparkWriteOperator(OccflowWriteOperator):
                 )
         elif facts is not None:
             facts.check_declared_profile(profile, derived.operation, zorder=derived.zorder)
+        if facts is not None:  # declared values as the engine compares them: {"p": "07"} on INT is p=7
+            declaration = declaration.with_typed_partitions(facts.partition_column_types, facts.engine)
         settled = settle(declaration, derived, profile, facts, derive_partitions=self.derives["partitions"])
         self.profile = settled.declaration.profile.name  # the retry policy follows the table's matrix
         self.log.info("declared from the SQL and the table: %s", "; ".join(settled.why))
@@ -235,8 +250,8 @@ class SparkWriteOperator(OccflowWriteOperator):
 
     def _job_for(self, declaration: WriteDeclaration) -> SparkJob:
         if self.sql is None:
-            job: SparkJob = self.job
-            return job
+            assert self.job is not None  # __init__: SQL text, or a callable / a Path
+            return self.job
         # Checked in declare(); again here, against the running session's catalog, so the
         # text that runs is the text that was checked.
         return checked_sql(
@@ -273,6 +288,31 @@ def check_templated_operation(sql: SqlText, declaration: WriteDeclaration, where
         check_derived_against(derived, replace(declaration, partitions=None), templated=True)
     except InvalidDeclarationError as exc:
         raise InvalidDeclarationError(f"{where}: {exc}") from None
+
+
+#: The asset authority of Spark's default warehouse (``spark-warehouse`` in the driver's working
+#: directory, wherever that is): docs/assets.md.
+DEFAULT_WAREHOUSE_AUTHORITY = "spark-warehouse"
+
+
+def spark_asset_uri(
+    table: str, table_format: str, spark_config: Mapping[str, Any] | None, conn_id: str
+) -> str | None:
+    """The asset URI of a table written through Spark (docs/assets.md): ``<format>://`` + the
+    OpenLineage namespace (the warehouse) + ``/`` + the OpenLineage name (the catalog-qualified
+    identifier), from ``spark_config``; with a connection, which DAG parsing does not read, the
+    connection id stands for the warehouse. ``None`` for a format with no asset scheme."""
+    if table_format not in TABLE_SCHEMES:
+        return None
+    if spark_config is None:
+        return catalog_table_uri(table_format, conn_id, table)
+    namespace, name = spark_table_location(spark_config, table)
+    spark = SparkConfig.from_dict(spark_config)
+    if not isinstance(spark.table_format_spec(), IcebergFormat) and not spark.conf.get("spark.sql.warehouse.dir"):
+        # Spark's default warehouse is under the driver's working directory, which differs
+        # between the DAG processor and the worker: one name for it keeps the asset one asset.
+        namespace = DEFAULT_WAREHOUSE_AUTHORITY
+    return catalog_table_uri(table_format, namespace, name)
 
 
 def partition_params(declaration: WriteDeclaration) -> dict[str, str]:

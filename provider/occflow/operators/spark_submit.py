@@ -40,6 +40,7 @@ from .spark import (
     checked_sql,
     declare_spark_write,
     partition_params,
+    spark_asset_uri,
     spark_declaration,
     sql_of,
     templated,
@@ -110,6 +111,12 @@ class SparkSubmitWriteOperator(ResumableJobMixin, OccflowWriteOperator):
         self.poll_interval = poll_interval
         self.master_gone_seconds = master_gone_seconds
         self._attempt_state: dict[str, Any] = {}
+        self.declare_table_outlet()
+
+    def table_asset_uri(self) -> str | None:
+        return spark_asset_uri(
+            self.table, self.occflow_write.profile.table_format, self.spark_config, self.occflow_spark_conn_id
+        )
 
     def declare(self) -> WriteDeclaration:
         return declare_spark_write(super().declare(), self.session_config(), self.sql, self.task_id)

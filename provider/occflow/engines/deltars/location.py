@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ...core.errors import InvalidDeclarationError
 from ...core.identifiers import unquoted_parts
+from ..home import embedded_home
 
 
 def table_location(root: str | Path, table: str) -> str:
@@ -33,3 +34,14 @@ def table_location(root: str | Path, table: str) -> str:
             "leads out of it); pass the location explicitly (path=...) to write there"
         )
     return str(location)
+
+
+def delta_warehouse() -> Path:
+    """The root every derived delta-rs location stays under: ``$OCCFLOW_HOME/delta``."""
+    return embedded_home() / "delta"
+
+
+def default_delta_location(table: str) -> str:
+    """``$OCCFLOW_HOME/delta/<db>/<table>`` (``~/.occflow`` by default) for the embedded default;
+    an error if the name would lead outside that root."""
+    return table_location(delta_warehouse(), table)

@@ -18,6 +18,7 @@ from ...core.declaration import WriteDeclaration
 from ...core.errors import InvalidDeclarationError
 from ...core.observed import ObservedFootprint
 from ...core.operations import Operation
+from ...core.tablefacts import TableFacts
 from ..outcome import WriteOutcome
 from ..target import AttemptContext
 from .commit import CommitOptions
@@ -194,18 +195,22 @@ class DeltaRsTarget:
 
     # ------------------------------------------------------------------ checks before admission
 
-    def check_profile(self, declaration: WriteDeclaration) -> None:
-        """The table's facts, read from its log, against the declared profile (raises
-        ``InvalidDeclarationError`` when they contradict it); no table yet: nothing to check."""
+    def table_facts(self) -> TableFacts | None:
+        """The table's facts, read from its log (profile, partition columns and their types);
+        ``None`` when there is no table yet (the attempt reports delta-rs's own error)."""
         try:
-            facts = deltars_table_facts(
-                self.path, dict(self.storage_options or {}) or None, table=self.table_name
-            )
+            return deltars_table_facts(self.path, dict(self.storage_options or {}) or None, table=self.table_name)
         except InvalidDeclarationError:
             raise
-        except Exception:  # noqa: BLE001 - no table yet: the attempt reports delta-rs's own error
-            return
-        facts.check_declared_profile(declaration.profile, declaration.operation)
+        except Exception:  # noqa: BLE001 - no table yet
+            return None
+
+    def check_profile(self, declaration: WriteDeclaration, facts: TableFacts | None = None) -> None:
+        """The table's facts against the declared profile (raises ``InvalidDeclarationError``
+        when they contradict it); no table yet: nothing to check."""
+        facts = facts if facts is not None else self.table_facts()
+        if facts is not None:
+            facts.check_declared_profile(declaration.profile, declaration.operation)
 
     def check_columns(self, declaration: WriteDeclaration) -> None:
         """The columns the built-in operation names (partitions, ``where``, ``set_values``) are
