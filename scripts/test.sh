@@ -10,7 +10,7 @@ bash scripts/bootstrap.sh
 export PYTHONDONTWRITEBYTECODE=1
 echo "== ruff"
 .venv/bin/ruff check provider tests dags_example bench scripts
-echo "== mypy --strict (pyproject's packages) on the tree as a user installs it"
+echo "== mypy --strict (the whole package) on the tree as a user installs it"
 # Not the checkout: the editable install puts provider/ on sys.path through a .pth file, and mypy
 # silences errors in modules it follows from there. The git files (tracked and new, uncommitted
 # work included) are copied out, mtimes kept, to a fixed place so mypy's cache stays warm.

@@ -167,7 +167,7 @@ class OccflowWriteOperator(TableAssetsMixin, OpenLineageMixin, BaseOperator):
         self.flow_settings()  # as does a stale_overwrite that is not one of its actions, or a bad gate_timeout
 
     @classmethod
-    def partial(cls, **kwargs: Any) -> Any:  # type: ignore[override]
+    def partial(cls, **kwargs: Any) -> Any:
         """Like ``BaseOperator.partial``, but the declaration's fixed parts are checked now, and
         the table's asset is an outlet of the mapped task where its URI is known from the
         arguments (``parse_time_asset_uri``).

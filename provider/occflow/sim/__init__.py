@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from .metrics import LowerBound, Metrics, lower_bound
 from .policies import POLICY_ALIASES, POLICY_NAMES, SimPolicy, build_policy, parse_policies
-from .simulator import Attempt, JobOutcome, Run, simulate
+from .runs import Attempt, JobOutcome, Run
+from .simulator import simulate
 from .workload import Job, Workload, WorkloadError, load_workload, parse_workload
 
 __all__ = [

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from .simulator import Run
+from .runs import Run
 
 # Jobs beyond this many are left out of a timeline: rows thinner than a pixel show nothing.
 TIMELINE_JOBS = 120

@@ -35,9 +35,9 @@ class _StrictLoader(yaml.SafeLoader):
         self._depth += 1
         try:
             if self._depth > MAX_NESTING:
-                line = self.peek_event().start_mark.line + 1
+                line = self.peek_event().start_mark.line + 1  # type: ignore[no-untyped-call]
                 raise StrictYamlError(f"nested deeper than {MAX_NESTING} levels (line {line})")
-            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+            return super().compose_node(parent, index)
         finally:
             self._depth -= 1
 
@@ -46,14 +46,14 @@ class _StrictLoader(yaml.SafeLoader):
         for key_node, _ in node.value:
             if key_node.tag == _MERGE_TAG:  # ``<<: *defaults``: later keys override on purpose
                 continue
-            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=True)
             if not isinstance(key, Hashable):
                 continue  # PyYAML's own error ("found unhashable key") follows
             line = key_node.start_mark.line + 1
             if key in first_line:
                 raise StrictYamlError(f"duplicate key {key!r} on line {line} (first on line {first_line[key]})")
             first_line[key] = line
-        return super().construct_mapping(node, deep)  # type: ignore[no-any-return]
+        return super().construct_mapping(node, deep)
 
 
 def _children(node: Node) -> list[Node]:
