@@ -34,6 +34,7 @@ every write task first registers the table over its location under ``$OCCFLOW_HO
 from __future__ import annotations
 
 import os
+
 import pendulum
 from airflow.sdk import DAG, task
 

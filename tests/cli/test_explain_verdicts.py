@@ -12,8 +12,8 @@ import pytest
 from explain_cli import run
 
 from occflow.cli.explain import compare, explain_job, explain_other
-from occflow.core.tablefacts import TableFacts
 from occflow.core.admission_rule import Claim
+from occflow.core.tablefacts import TableFacts
 
 # One statement per operation, on one day, another day, or the whole table.
 JOBS = {
