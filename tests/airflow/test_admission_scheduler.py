@@ -1,6 +1,6 @@
 """Admission on a real scheduler (LocalExecutor, 4 slots): a lease is held only while the write runs.
 
-One throwaway Airflow (scripts/run_examples.py's ``Airflow``: scheduler, dag-processor,
+One throwaway Airflow (scripts/examples.py's ``Airflow``: scheduler, dag-processor,
 api-server, triggerer) runs a DAG of sub-second delta-rs writes with admission's defaults:
 
 - four INSERT OVERWRITEs of one partition, started together: each waits in its worker for the
@@ -16,16 +16,15 @@ timing figure (those are bench/scheduler_bench.py's).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sqlite3
 import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
+from scheduler_harness import query, run_examples, wait_for
 
 from occflow.core.identifiers import canonical_location
 from occflow.leases import Holder, LeaseRequest, LeaseStore
@@ -70,51 +69,34 @@ with DAG("{dag_id}", schedule=None, start_date=pendulum.datetime(2024, 1, 1, tz=
 '''
 
 
-def _run_examples():
-    spec = importlib.util.spec_from_file_location("occflow_run_examples", REPO / "scripts" / "run_examples.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
-def _wait(what, check, timeout, airflow, every=0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        airflow.check_alive()
-        found = check()
-        if found:
-            return found
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
-def _query(db: Path, sql: str, *args):
-    with sqlite3.connect(db, timeout=30) as conn:
-        return conn.execute(sql, args).fetchall()
 
 
 @pytest.fixture(scope="module")
 def scheduled_run(tmp_path_factory):
-    run_examples = _run_examples()
+    examples = run_examples()
     home = tmp_path_factory.mktemp("admission-airflow")
     (home / "dags").mkdir()
     path = os.path.realpath(home / "table")
     (home / "dags" / "admission_scheduler.py").write_text(
         textwrap.dedent(DAG_SOURCE.format(dag_id=DAG_ID, table=TABLE, path=path)))
     store_url = f"sqlite:///{home / 'leases.db'}"
-    env = run_examples.airflow_env(home, parallelism=4)
+    env = examples.airflow_env(home, parallelism=4)
     env.update({"AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
                 "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
                 "OCCFLOW_LEASE_STORE_URL": store_url, "OCCFLOW_LEASE_HISTORY": "1"})
-    airflow = run_examples.Airflow(home, env)
+    airflow = examples.Airflow(home, env)
     # This process's Airflow settings (tests/airflow/conftest.py) must not leak into the services.
     airflow.env = {**{k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "OCCFLOW"))}, **env}
     store = LeaseStore.from_url(store_url, history=True)
     db = home / "airflow.db"
     try:
         airflow.start()
-        _wait(f"the dag-processor to parse {DAG_ID}",
-              lambda: _query(db, "SELECT 1 FROM dag WHERE dag_id = ?", DAG_ID), 300, airflow, every=2)
+        wait_for(f"the dag-processor to parse {DAG_ID}",
+              lambda: query(db, "SELECT 1 FROM dag WHERE dag_id = ?", DAG_ID), 300, airflow, every=2)
         # This test holds the deferring write's footprint until that write has deferred.
         # A delta-rs table's leases are keyed by its location.
         held = store.try_acquire(LeaseRequest.create(canonical_location(path), "insert_overwrite", "delta-rs", ["ds=2"],
@@ -123,18 +105,18 @@ def scheduled_run(tmp_path_factory):
         run_id = f"admission__{time.strftime('%Y%m%dT%H%M%S')}"
         airflow.cli("dags", "unpause", DAG_ID)
         airflow.cli("dags", "trigger", DAG_ID, "--run-id", run_id)
-        _wait("the deferred write to defer", lambda: _query(
+        wait_for("the deferred write to defer", lambda: query(
             db, "SELECT 1 FROM task_instance WHERE dag_id = ? AND task_id = 'deferred_overwrite' AND state = 'deferred'",
-            DAG_ID), 600, airflow)
+            DAG_ID), 600, airflow, every=0.5)
         time.sleep(1.0)
         store.release(held)
         released = time.time()
-        state = _wait("the DAG run to end", lambda: next(
-            (s for (s,) in _query(db, "SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?", DAG_ID, run_id)
+        state = wait_for("the DAG run to end", lambda: next(
+            (s for (s,) in query(db, "SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?", DAG_ID, run_id)
              if s in ("success", "failed")), None), 600, airflow, every=1)
-        tasks = {t: (s, n) for t, s, n in _query(
+        tasks = {t: (s, n) for t, s, n in query(
             db, "SELECT task_id, state, try_number FROM task_instance WHERE dag_id = ? AND run_id = ?", DAG_ID, run_id)}
-        reports = {t: json.loads(v) for t, v in _query(
+        reports = {t: json.loads(v) for t, v in query(
             db, "SELECT task_id, value FROM xcom WHERE dag_id = ? AND run_id = ? AND key = 'return_value'",
             DAG_ID, run_id) if t != "create_table"}
         events = [e for e in store.history_events() if e["dag_id"] in (DAG_ID, "test")]

@@ -1,4 +1,4 @@
-"""Partitioned asset events on a real scheduler (scripts/run_examples.py's ``Airflow``:
+"""Partitioned asset events on a real scheduler (scripts/examples.py's ``Airflow``:
 scheduler, dag-processor, api-server, triggerer; LocalExecutor).
 
 A producer on ``CronPartitionTimetable`` (two past minutes, caught up) writes the minute its run
@@ -12,16 +12,15 @@ Airflow's metadata DB (the runs the scheduler made, their keys) and the table's 
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import json
 import os
-import sqlite3
 import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
+from scheduler_harness import query, run_examples, wait_for
 
 pytestmark = [pytest.mark.airflow, pytest.mark.slow]
 
@@ -66,28 +65,10 @@ with DAG({consumer!r}, schedule=PartitionedAssetTimetable(assets=Asset(uri=URI))
 '''
 
 
-def _run_examples():
-    spec = importlib.util.spec_from_file_location("occflow_run_examples", REPO / "scripts" / "run_examples.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
-def _query(db: Path, sql: str, *args):
-    with sqlite3.connect(db, timeout=30) as conn:
-        return conn.execute(sql, args).fetchall()
 
 
-def _wait(what, check, timeout, airflow, every=1.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        airflow.check_alive()
-        found = check()
-        if found:
-            return found
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def _versions_by_run(path: Path) -> dict[str, int]:
@@ -109,7 +90,7 @@ def scheduled(tmp_path_factory):
 
     from occflow.engines.deltars import DeltaRsTable
 
-    run_examples = _run_examples()
+    examples = run_examples()
     home = tmp_path_factory.mktemp("assets-airflow")
     (home / "dags").mkdir()
     path = Path(os.path.realpath(home / "minutes"))
@@ -121,11 +102,11 @@ def scheduled(tmp_path_factory):
     (home / "dags" / "assets_partitions.py").write_text(textwrap.dedent(DAG_SOURCE.format(
         path=str(path), uri=path.as_uri(), producer=PRODUCER, consumer=CONSUMER, key_format=KEY_FORMAT,
         start=start.isoformat(), end=end.isoformat())))
-    env = run_examples.airflow_env(home, parallelism=4)
+    env = examples.airflow_env(home, parallelism=4)
     env.update({"AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
                 "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
                 "OCCFLOW_LEASE_STORE_URL": f"sqlite:///{home / 'leases.db'}"})
-    airflow = run_examples.Airflow(home, env)
+    airflow = examples.Airflow(home, env)
     airflow.env = {**{k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "OCCFLOW"))}, **env}
     db = home / "airflow.db"
     keys = {(start + dt.timedelta(minutes=i)).strftime(KEY_FORMAT) for i in (0, 1)}
@@ -133,15 +114,15 @@ def scheduled(tmp_path_factory):
         airflow.start()
 
         def consumers_done():
-            rows = _query(db, "SELECT run_id, partition_key, state FROM dag_run WHERE dag_id = ?", CONSUMER)
+            rows = query(db, "SELECT run_id, partition_key, state FROM dag_run WHERE dag_id = ?", CONSUMER)
             done = [r for r in rows if r[2] in ("success", "failed")]
             return rows if len(done) >= len(keys) else None
 
-        _wait("a consumer run per written partition", consumers_done, 600, airflow, every=2)
+        wait_for("a consumer run per written partition", consumers_done, 600, airflow, every=2)
         time.sleep(5)  # a third consumer run, if the scheduler wrongly made one, shows up meanwhile
-        producers = _query(db, "SELECT run_id, partition_key, state FROM dag_run WHERE dag_id = ?", PRODUCER)
-        consumers = _query(db, "SELECT run_id, partition_key, state FROM dag_run WHERE dag_id = ?", CONSUMER)
-        reads = {run_id: json.loads(v) for run_id, v in _query(
+        producers = query(db, "SELECT run_id, partition_key, state FROM dag_run WHERE dag_id = ?", PRODUCER)
+        consumers = query(db, "SELECT run_id, partition_key, state FROM dag_run WHERE dag_id = ?", CONSUMER)
+        reads = {run_id: json.loads(v) for run_id, v in query(
             db, "SELECT run_id, value FROM xcom WHERE dag_id = ? AND key = 'return_value'", CONSUMER)}
         yield {"keys": keys, "producers": producers, "consumers": consumers, "reads": reads,
                "versions": _versions_by_run(path), "path": path}

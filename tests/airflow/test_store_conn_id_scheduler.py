@@ -3,7 +3,7 @@ connection id (``OCCFLOW_LEASE_STORE_CONN_ID``, a PostgreSQL connection kept in 
 metadata database), and the writes, the view and ``occflow leases`` all meet in that store; a
 worker without the setting says loudly that it admits in a store of its own.
 
-One throwaway Airflow (scripts/run_examples.py's ``Airflow``: LocalExecutor scheduler,
+One throwaway Airflow (scripts/examples.py's ``Airflow``: LocalExecutor scheduler,
 dag-processor, api-server, triggerer) runs one DAG of delta-rs writes:
 
 - ``write_1`` and ``write_2`` on two partitions, with the deployment's settings. This test holds
@@ -22,10 +22,8 @@ view's rows built by the plugin's own code in a process with the deployment's se
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -33,6 +31,7 @@ import time
 from pathlib import Path
 
 import pytest
+from scheduler_harness import query, run_examples, wait_for
 
 from occflow.core.identifiers import canonical_location
 from occflow.leases import Holder, LeaseRequest, LeaseStore
@@ -85,27 +84,10 @@ with DAG("{dag_id}", schedule=None, start_date=pendulum.datetime(2024, 1, 1, tz=
 '''
 
 
-def _run_examples():
-    spec = importlib.util.spec_from_file_location("occflow_run_examples", REPO / "scripts" / "run_examples.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
-def _wait(what, check, timeout, airflow, every=1.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        airflow.check_alive()
-        found = check()
-        if found:
-            return found
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
-def _query(db: Path, sql: str, *args):
-    with sqlite3.connect(db, timeout=30) as conn:
-        return conn.execute(sql, args).fetchall()
 
 
 def _cli_leases(env) -> dict:
@@ -152,18 +134,18 @@ def deployment(tmp_path_factory, pg_server):
         cur.execute(f'CREATE DATABASE "{name}"')
     pg_url = f"{pg_server.rsplit('/', 1)[0]}/{name}"
 
-    run_examples = _run_examples()
+    examples = run_examples()
     home = tmp_path_factory.mktemp("conn-id-airflow")
     (home / "dags").mkdir()
     path = os.path.realpath(home / "table")
     (home / "dags" / "store_conn_id.py").write_text(textwrap.dedent(DAG_SOURCE.format(dag_id=DAG_ID, path=path)))
-    env = run_examples.airflow_env(home, parallelism=4)
+    env = examples.airflow_env(home, parallelism=4)
     del env["OCCFLOW_LEASE_STORE_URL"]  # the store is named only by the connection id
     env.update({"AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
                 "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
                 "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
                 "OCCFLOW_LEASE_STORE_CONN_ID": CONN_ID, "OCCFLOW_LEASE_HISTORY": "1"})
-    airflow = run_examples.Airflow(home, env)
+    airflow = examples.Airflow(home, env)
     # This process's Airflow settings (tests/airflow/conftest.py) must not leak into the services.
     airflow.env = {**{k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "OCCFLOW"))}, **env}
     store = LeaseStore.from_url(pg_url, history=True)
@@ -173,8 +155,8 @@ def deployment(tmp_path_factory, pg_server):
         # Made as a user makes it (the UI, the CLI): in the metadata database, which tasks reach
         # through the api-server and the view and the CLI read directly.
         airflow.cli("connections", "add", CONN_ID, "--conn-uri", pg_url)
-        _wait(f"the dag-processor to parse {DAG_ID}",
-              lambda: _query(db, "SELECT 1 FROM dag WHERE dag_id = ?", DAG_ID), 300, airflow, every=2)
+        wait_for(f"the dag-processor to parse {DAG_ID}",
+              lambda: query(db, "SELECT 1 FROM dag WHERE dag_id = ?", DAG_ID), 300, airflow, every=2)
         held = store.try_acquire(LeaseRequest.create(canonical_location(path), "insert_overwrite", "delta-rs", ["ds=1"],
                                                      holder=Holder("test", "holds_ds1")))
         assert held is not None
@@ -183,14 +165,14 @@ def deployment(tmp_path_factory, pg_server):
         airflow.cli("dags", "trigger", DAG_ID, "--run-id", run_id)
         # What `occflow leases list` shows, with nothing but the connection id to go on, while
         # write_1 waits behind the test's lease.
-        listed = _wait("the CLI to list write_1 waiting in the PostgreSQL store", lambda: next(
+        listed = wait_for("the CLI to list write_1 waiting in the PostgreSQL store", lambda: next(
             (seen for seen in [_cli_leases(airflow.env)]
              if any(f"{DAG_ID}.write_1" in w["holder"] for w in seen["waiting"])), None), 600, airflow, every=2)
         store.release(held)
-        state = _wait("the DAG run to end", lambda: next(
-            (s for (s,) in _query(db, "SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?", DAG_ID, run_id)
+        state = wait_for("the DAG run to end", lambda: next(
+            (s for (s,) in query(db, "SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?", DAG_ID, run_id)
              if s in ("success", "failed")), None), 600, airflow)
-        tasks = dict(_query(db, "SELECT task_id, state FROM task_instance WHERE dag_id = ? AND run_id = ?",
+        tasks = dict(query(db, "SELECT task_id, state FROM task_instance WHERE dag_id = ? AND run_id = ?",
                             DAG_ID, run_id))
         view = subprocess.run([sys.executable, "-c", VIEW_SCRIPT, DAG_ID, IDENTITY_VARIABLE_PREFIX], env=airflow.env,
                               capture_output=True, text=True, timeout=300)
