@@ -341,6 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1200, help="seconds for all DAG runs")
     parser.add_argument("--json", help="also write what happened to this file (bench/examples_bench.py reads it)")
     args = parser.parse_args(argv)
+    # SIGTERM (a CI timeout, kill PID) unwinds like Ctrl-C: the finally block stops Airflow's
+    # services, which lead sessions of their own and would outlive this process otherwise.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     dag_ids = [d.strip() for d in args.dags.split(",") if d.strip()]
     unknown = sorted(set(dag_ids) - set(EXAMPLES))
     if unknown:
@@ -378,6 +381,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=1, default=str) + "\n")
     finally:
+        # A second Ctrl-C or TERM must not cut the stop short and leave services running.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         airflow.stop()
         print(f"\nlogs kept in {home} (services: *.log, tasks: logs/, tables: occflow/, leases: occflow_leases.db)")
     verdict = "all example DAGs ended with correct data" if ok else "some example DAG did not end correctly"

@@ -1,4 +1,4 @@
-"""The deployed mode stops every service it started when it is interrupted (issue 26).
+"""The main command and its deployed mode stop every service they started when interrupted (issue 26).
 
 ``scripts/run_deployed.py`` runs as a user runs it; the test interrupts it with a signal sent to
 its pid (``kill -INT``, ``kill -TERM``) and then looks for what it had started: the processes
@@ -87,7 +87,7 @@ def _wait(
     while not check():
         if launcher.poll() is not None:
             ended = launcher.returncode
-            pytest.fail(f"run_deployed.py ended ({ended}) before {what}:\n{log.read_text()[-4000:]}")
+            pytest.fail(f"the launcher ended ({ended}) before {what}:\n{log.read_text()[-4000:]}")
         if time.monotonic() > deadline:
             pytest.fail(f"{what}: not after {timeout}s:\n{log.read_text()[-4000:]}")
         time.sleep(0.05)
@@ -131,7 +131,7 @@ def _assert_all_gone(started: dict[int, str], launcher: subprocess.Popen[bytes],
         launcher.wait(timeout=STOP_TIMEOUT)
     except subprocess.TimeoutExpired:
         tail = log.read_text()[-4000:]
-        pytest.fail(f"run_deployed.py did not end {STOP_TIMEOUT}s after the signal:\n{tail}")
+        pytest.fail(f"the launcher did not end {STOP_TIMEOUT}s after the signal:\n{tail}")
     sessions = set(started)  # a service leads its own session: its members have its pid as session id
     deadline = time.monotonic() + 10
     left: dict[int, str] = {}
@@ -187,13 +187,43 @@ def test_sigterm_while_postgres_starts_stops_the_server_too(tmp_path: Path, tmp_
         _cleanup(launcher, started)
 
 
+def test_sigterm_stops_the_airflow_services_the_main_command_started(tmp_path: Path) -> None:
+    """The embedded main command (``scripts/run_examples.py``) too: its Airflow services lead
+    sessions of their own, so without the SIGTERM handler a ``kill PID`` left them running."""
+    home = tmp_path / "run"
+    log = tmp_path / "launcher.log"
+    with open(log, "wb") as out:
+        launcher = subprocess.Popen(
+            [sys.executable, "-u", str(REPO / "scripts" / "run_examples.py"), "--home", str(home),
+             "--dags", "occflow_delta_schema_change"],
+            stdout=out, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
+        )
+    started: dict[int, str] = {}
+    try:
+        def up() -> bool:
+            below = " ".join(_descendants(launcher.pid).values())
+            return all(service in below for service in ("scheduler", "dag-processor", "triggerer"))
+
+        _wait("the Airflow services are up", up, UP_TIMEOUT, launcher, log)
+        started = _descendants(launcher.pid)
+        launcher.send_signal(signal.SIGTERM)
+        _assert_all_gone(started, launcher, log)
+        assert launcher.returncode == 143, launcher.returncode  # the SIGTERM handler's exit status
+    finally:
+        _cleanup(launcher, started)
+
+
 def _cleanup(launcher: subprocess.Popen[bytes], started: dict[int, str]) -> None:
     """After a failure: kill what is left, so a failing test leaves no service behind either."""
     if launcher.poll() is None:
         launcher.kill()
         launcher.wait(30)
+    live = _live()
     for pid, command in started.items():
-        if _stat(pid) is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-                print(f"killed left-over {pid}: {command}")
+        # The service and every member of its session (a service leads one: its workers and
+        # log servers have its pid as their session id, and outlive it once it is killed).
+        for member in [m for m, (_, sid) in live.items() if sid == pid and m != pid] + [pid]:
+            if _stat(member) is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(member, signal.SIGKILL)
+                    print(f"killed left-over {member}: {command if member == pid else f'of session {pid}'}")
