@@ -27,25 +27,12 @@ from typing import Any
 
 import pytest
 
-from occflow.engines.spark.delta_spark import DeltaFormat
-from occflow.engines.spark.settings import SparkConfigError
-
 sys.path.insert(0, str(Path(__file__).parent))  # the worker imports delta_spark_dags from here
 import delta_spark_dags  # noqa: E402
-
-
-def delta_jars_missing() -> str | None:
-    try:
-        DeltaFormat.from_catalog({}).jars()
-    except SparkConfigError as exc:
-        return str(exc)
-    return None
-
 
 pytestmark = [
     pytest.mark.airflow,
     pytest.mark.spark,
-    pytest.mark.skipif(delta_jars_missing() is not None, reason=f"delta-spark jars: {delta_jars_missing()}"),
 ]
 
 GATED = '''

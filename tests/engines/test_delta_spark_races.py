@@ -23,22 +23,8 @@ from typing import Any
 import delta_spark_races as races
 import pytest
 
-from occflow.engines.spark.delta_spark import DeltaFormat
-from occflow.engines.spark.settings import SparkConfigError
-
-
-def delta_jars_missing() -> str | None:
-    """Why the delta-spark jars do not resolve (``DeltaFormat.jars()``), or ``None``."""
-    try:
-        DeltaFormat.from_catalog({}).jars()
-    except SparkConfigError as exc:
-        return str(exc)
-    return None
-
-
 pytestmark = [
     pytest.mark.spark,
-    pytest.mark.skipif(delta_jars_missing() is not None, reason=f"delta-spark jars: {delta_jars_missing()}"),
 ]
 
 DOCS_ERROR = "[{}] "
