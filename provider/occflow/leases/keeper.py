@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 
-from .config import StoreIdentity, announce_store
+from .config import announce_store
 from .model import Lease, LeaseLostError, LeaseStoreError, checked_seconds
 from .store import LeaseStore
 
@@ -46,10 +46,6 @@ class LeaseKeeper:
         self.why: str | None = None
         #: Seconds the commit was held at the lease's gate (order-aware admission).
         self.gate_seconds = 0.0
-        #: The store that granted the lease, and the warning if a peer admits in another
-        #: (``config.announce_store``), once the keeper has started: for the write's report.
-        self.store_identity: StoreIdentity | None = None
-        self.store_warning: str | None = None
         self._guard = threading.Lock()
         self._deadline: float | None = None
         self._extend(lease)
@@ -162,7 +158,7 @@ class LeaseKeeper:
         self._thread.start()
         # The lease's worker says which store granted it, and hears of peers that use another.
         url = self.store.engine.url.render_as_string(hide_password=False)
-        self.store_identity, self.store_warning = announce_store(url, self.lease.holder, _log)
+        announce_store(url, self.lease.holder, _log)  # a warning, if any, goes to the task log
         return self
 
     def __exit__(self, *exc: object) -> None:
