@@ -205,10 +205,9 @@ class DeltaRsTarget:
         except Exception:  # noqa: BLE001 - no table yet
             return None
 
-    def check_profile(self, declaration: WriteDeclaration, facts: TableFacts | None = None) -> None:
-        """The table's facts against the declared profile (raises ``InvalidDeclarationError``
-        when they contradict it); no table yet: nothing to check."""
-        facts = facts if facts is not None else self.table_facts()
+    def check_profile(self, declaration: WriteDeclaration, facts: TableFacts | None) -> None:
+        """The table's facts (``table_facts()``) against the declared profile (raises
+        ``InvalidDeclarationError`` when they contradict it); no table yet: nothing to check."""
         if facts is not None:
             facts.check_declared_profile(declaration.profile, declaration.operation)
 
