@@ -41,6 +41,7 @@ from occflow.operators.history import WriteHistory
 
 PROFILE = "delta-serializable"
 TTL = 3.0  # the stalled writer's lease: lapses 3 s after its last heartbeat
+CONTROL_TTL = 6.0  # the control's lease, kept live by its keeper
 WAIT = 90.0  # a bound on every wait, for a loaded 2-core machine
 
 
@@ -218,12 +219,15 @@ def control(config: dict[str, Any], store: LeaseStore, home: Path) -> dict[str, 
     table, location = _table(spark, home, "control")
     stall = Stall(spark, home)
     start = _record(spark, table, location)
-    lease = store.decide(LeaseRequest.create(table, "insert_into", PROFILE, [{"ds": "a"}], ttl=TTL)).lease
+    # A longer lease and a faster beat than the stalled writer's: on a loaded 2-core machine a 3 s
+    # lease beaten each second leaves a quarter second for a late beat before the commit's margin,
+    # and the control must not fail for a late beat (CI did): its point is the beating keeper.
+    lease = store.decide(LeaseRequest.create(table, "insert_into", PROFILE, [{"ds": "a"}], ttl=CONTROL_TTL)).lease
     assert lease is not None
-    with LeaseKeeper(store, lease) as keeper:
+    with LeaseKeeper(store, lease, interval=0.5) as keeper:
         writer = Running(_flow(config, table, "insert_into", _append(table, 10, stall.name), keeper))
         _wait_for("the writer's statement to run", lambda: stall.reached.exists() or not writer.thread.is_alive())
-        time.sleep(2.5 * TTL)  # stalled past the TTL; the heartbeats keep the lease live
+        time.sleep(2.5 * CONTROL_TTL)  # stalled past two TTLs; the heartbeats keep the lease live
         stall.go()
         writer.join()
     store.release(lease)
