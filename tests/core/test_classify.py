@@ -518,7 +518,52 @@ DELTA_RS_RENDERED = [
         '"target":"deltalake_core::kernel::transaction"}',
         ConflictKind.COMMIT_RETRIES_EXHAUSTED,
     ),
+    # With max_retries 0 the loop's only record is this WARN, and MaxCommitAttempts(0) follows.
+    (
+        "log_text",
+        "2025-06-01T10:00:00.131002Z  WARN commit_with_retries{base_version=3 max_retries=0 attempt=1}: "
+        "deltalake_core::kernel::transaction: table updated but max_retries is 0, failing immediately "
+        "base_version=3 latest_version=4",
+        ConflictKind.COMMIT_RETRIES_EXHAUSTED,
+    ),
+    # Airflow 3's task log (JSON lines): the exception as structlog's dict transformer writes it;
+    # the real rendering of a real loser is in test_classify_real_deltars.py.
+    (
+        "airflow_json",
+        '{"timestamp":"2026-11-28T10:02:51.969012+00:00","level":"error","event":"Task failed with exception",'
+        '"logger":"task","exception":[{"exc_type":"CommitFailedError","exc_value":"Failed to commit transaction: 15",'
+        '"exc_notes":[],"syntax_error":null,"is_cause":false,"frames":[{"filename":"/opt/airflow/dags/load.py",'
+        '"lineno":9,"name":"load"}],"is_group":false,"exceptions":[]}]}',
+        ConflictKind.COMMIT_RETRIES_EXHAUSTED,
+    ),
 ]
+
+# Records of the same commit loop that are not a lost race (mod.rs, PreparedCommit::into_future):
+# it found newer versions and goes on to check them; or a commit failed for another reason.
+DELTA_RS_LOOP_NOT_LOST = [
+    "2025-06-01T10:00:00.131002Z  WARN commit_with_retries{base_version=3 max_retries=15 attempt=1}: "
+    "deltalake_core::kernel::transaction: table updated during transaction, checking for conflicts "
+    "base_version=3 latest_version=4 versions_behind=1",
+    "2025-06-01T10:00:00.131002Z ERROR commit_with_retries{base_version=3 max_retries=15 attempt=1}: "
+    "deltalake_core::kernel::transaction: commit failed, aborting version=4 "
+    "error=Generic LocalFileSystem error: Permission denied (os error 13)",
+]
+
+
+@pytest.mark.parametrize("text", DELTA_RS_LOOP_NOT_LOST, ids=["checking", "commit_failed_io"])
+def test_a_delta_rs_commit_loop_record_without_a_lost_race_is_not_a_conflict(text: str) -> None:
+    assert classify(text).kind is ConflictKind.NOT_A_CONFLICT
+
+
+def test_a_delta_rs_conflict_logged_before_a_later_successful_commit_is_not_the_failure() -> None:
+    conflict = _delta_rs_renderings("ConcurrentAppend", "Commit failed: a concurrent transactions added new data.")
+    committed = (
+        "2025-06-01T10:00:03.400000Z  INFO commit_with_retries{base_version=4 max_retries=15 attempt=1}: "
+        "deltalake_core::kernel::transaction: transaction committed successfully version=5 num_retries=0"
+    )
+    assert classify(conflict["log_text"]).kind is ConflictKind.CONCURRENT_APPEND
+    result = classify(conflict["log_text"] + "\n" + committed)
+    assert result.kind is ConflictKind.NOT_A_CONFLICT and "commit succeeded" in result.reason
 
 
 @pytest.mark.parametrize(("form", "text", "kind"), DELTA_RS_RENDERED, ids=lambda v: getattr(v, "value", None))
@@ -535,8 +580,10 @@ def test_a_delta_rs_error_keeps_its_kind_in_every_form_rust_prints_it(form: str,
 def test_every_message_marker_is_proven_by_a_text() -> None:
     """Each template in the marker table matches at least one text these tests classify."""
     from test_classify_odps import CONFLICTS as ODPS_TEXTS  # the MaxCompute page samples
+    from test_classify_odps import TEXT_FORMS as ODPS_TEXT_FORMS  # tunnel codes, the wrapped lock timeout
 
     texts = [f.text for f in FIXTURES] + [t for _, t, _ in DELTA_RS_RENDERED] + [t for t, _, _ in ODPS_TEXTS]
+    texts += [t for t, _ in ODPS_TEXT_FORMS]
     unproven = [
         f"{m.engine} {m.kind.value}: {m.value}"
         for m in MARKERS

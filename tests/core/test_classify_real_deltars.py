@@ -2,17 +2,28 @@
 
 Each loser's exception is what ``deltalake`` 1.6.6 really raised; the classifier must map it to
 the kind that matches the reason delta-rs gave (its CommitConflictError), keep that through a
-Python cause chain and through a formatted traceback (a task log tail).
+Python cause chain and through a formatted traceback (a task log tail), and through the line
+Airflow 3 writes to its JSON task log for a task that failed with it (Airflow's own processors).
+
+What delta-rs *logs* for these races (its commit loop's tracing records) never reaches a Python
+task's log: from Python, ``RUST_LOG`` feeds only the ``log`` crate's records to stderr (measured
+with deltalake 1.6.6 and ``RUST_LOG=trace``: no "conflict detected" line), and ``init_tracing``
+sends the records to an OTLP collector. Those forms are in test_classify.py, and the strings they
+are anchored on are checked here against the installed binary.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import mmap
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 
+import deltalake
 import pyarrow as pa
 import pytest
+from airflow.sdk._shared.logging.structlog import structlog_processors
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError
 from deltalake.table import TableFeatures
@@ -90,6 +101,19 @@ SCENARIOS: dict[str, tuple[Callable[[DeltaTable], object], Callable[[DeltaTable]
 }
 
 
+def _airflow_task_log(error: BaseException) -> str:
+    """The line Airflow 3 writes to a task's JSON log when the task fails with ``error``: the event
+    through Airflow's own processors (``structlog_processors(json_output=True)``, as the task runner
+    configures them), exception included."""
+    shared, _, render = structlog_processors(json_output=True)
+    event = {"event": "Task failed with exception", "logger": "task", "exc_info": error}
+    event["timestamp"] = dt.datetime.now(dt.timezone.utc).isoformat()
+    for processor in shared:
+        event = processor(None, "error", event)
+    line = render(None, "error", event)
+    return line if isinstance(line, str) else bytes(line).decode()
+
+
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_real_delta_rs_conflict_is_classified_by_its_reason(tmp_path: Path, name: str) -> None:
     winner, loser, expected = SCENARIOS[name]
@@ -99,6 +123,44 @@ def test_real_delta_rs_conflict_is_classified_by_its_reason(tmp_path: Path, name
     assert result.kind is expected, f"{str(error)!r} -> {result.reason}"
     assert result.engine == "delta-rs"
     assert result.retry_safe is expected.retry_safe
+    # Across the PyO3 boundary the class is deltalake's _internal one, in a traceback and in the
+    # task log: the text alone must say the same.
+    assert result.exception_class == "_internal.CommitFailedError"
+    try:
+        raise error
+    except CommitFailedError:
+        tail = traceback.format_exc()
+    log_line = _airflow_task_log(error)
+    assert '"exc_type":"CommitFailedError"' in log_line, log_line
+    for form, text in (("traceback", tail), ("airflow json task log", log_line)):
+        found = classify(text)
+        assert found.kind is expected, (form, text, found.reason)
+        assert found.engine == "delta-rs"
+
+
+# The delta-rs texts the markers and log lines are anchored on (conflict_checker.rs #[error] texts,
+# the commit loop's records in mod.rs): a release that rewords one fails here, not in production.
+DELTA_RS_STRINGS = [
+    "Failed to commit transaction: ",
+    "Commit failed: a concurrent transactions added new data.",
+    "Commit failed: a concurrent transaction deleted data this operation read.",
+    "Commit failed: a concurrent transaction deleted the same data your transaction deletes.",
+    "Metadata changed since last commit.",
+    "Concurrent transaction failed.",
+    "Protocol changed since last commit: ",
+    "Tried committing existing table version: ",
+    "conflict detected, aborting transaction",
+    "exceeded maximum commit attempts",
+    "table updated but max_retries is 0, failing immediately",
+    "transaction committed successfully",
+]
+
+
+def test_the_installed_delta_rs_still_says_what_the_markers_are_anchored_on() -> None:
+    library = next(Path(deltalake.__file__).parent.glob("_internal*.so"))
+    with library.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as image:
+        missing = [text for text in DELTA_RS_STRINGS if image.find(text.encode()) < 0]
+    assert not missing, f"deltalake {deltalake.__version__} no longer contains {missing}"
 
 
 def test_real_conflict_inside_a_python_cause_chain_and_a_log_tail(tmp_path: Path) -> None:

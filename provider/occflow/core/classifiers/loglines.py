@@ -57,6 +57,13 @@ LOG_LINES: tuple[LogLine, ...] = (
         r"Committed delta #\d+ to ",
         "delta-io/delta spark/src/main/scala/org/apache/spark/sql/delta/OptimisticTransaction.scala",
     ),
+    # delta-rs's commit loop, info!(version, num_retries, "transaction committed successfully").
+    LogLine(
+        LineRole.COMMITTED,
+        "delta-rs",
+        r"transaction committed successfully",
+        "delta-io/delta-rs crates/core/src/kernel/transaction/mod.rs PreparedCommit::into_future",
+    ),
     LogLine(LineRole.COMMITTED, "spark", r"Data source write support .{1,2000}? committed\.", SPARK_V2_WRITE),
     LogLine(LineRole.GAVE_UP, "spark", r"Data source write support .{1,2000}? (?:is aborting|aborted)\.", SPARK_V2_WRITE),
     LogLine(LineRole.GAVE_UP, "spark", r"Aborting job [\w-]+\.", SPARK_FILE_WRITER),

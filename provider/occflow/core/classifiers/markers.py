@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 from ..kinds import ConflictKind
+from .maxcompute import MAXCOMPUTE_CLASSES, MAXCOMPUTE_CODES, MAXCOMPUTE_TEMPLATES
 from .pyiceberg import PYICEBERG_TEMPLATES
 
 K = ConflictKind
@@ -52,8 +53,14 @@ DELTA_RS_DEBUG = (
 )
 DELTA_RS_LOG = (
     "delta-io/delta-rs crates/core/src/kernel/transaction/mod.rs PreparedCommit::into_future "
-    "error!(\"conflict detected, aborting transaction\") / error!(\"exceeded maximum commit attempts\") "
-    "(target deltalake_core::kernel::transaction; strings present in deltalake 1.6.6)"
+    "error!(\"conflict detected, aborting transaction\") / error!(\"exceeded maximum commit attempts\") / "
+    "warn!(\"table updated but max_retries is 0, failing immediately\") (target "
+    "deltalake_core::kernel::transaction; lines 848, 896, 972 at 2c996fa9b; strings present in deltalake 1.6.6)"
+)
+AIRFLOW_JSON_LOG = (
+    "apache/airflow shared/logging/src/airflow_shared/logging/structlog.py structlog_processors(json_output=True): "
+    "the task log's exception as structlog's ExceptionDictTransformer writes it (exc_type = the class's name, "
+    "exc_value = str)"
 )
 ICEBERG_EXC = "apache/iceberg api/src/main/java/org/apache/iceberg/exceptions/"
 PYICEBERG_EXC = "apache/iceberg-python pyiceberg/exceptions.py"
@@ -74,19 +81,6 @@ PYICEBERG_REQUIREMENT = (
 )
 ICEBERG_SPARK_COW_SCAN = (
     "apache/iceberg spark/v3.5/spark/src/main/java/org/apache/iceberg/spark/source/SparkCopyOnWriteScan.java"
-)
-ODPS_0110061 = "MaxCompute error code doc ODPS-0110061 (alibabacloud.com/help/en/maxcompute/user-guide/odps-0110061)"
-ODPS_0121096 = "MaxCompute error code doc ODPS-0121096 (help.aliyun.com/en/maxcompute/user-guide/odps-0121096)"
-PYODPS_TUNNEL = "aliyun/aliyun-odps-python-sdk odps/tunnel/errors.py MetaTransactionFailed (retried by tabletunnel.py)"
-ODPS_0110999 = (
-    "MaxCompute SQL error codes page (alibabacloud.com/help/en/maxcompute/user-guide/sql-errors): "
-    "ODPS-0110999 'Critical! Internal error happened in commit operation and rollback failed, possible breach "
-    "of atomicity' (concurrent META operations on one table); the MaxCompute console (odpscmd) "
-    "never retries an error with this code"
-)
-ODPS_SQL_ERRORS = (
-    "MaxCompute SQL error codes (ODPS-01CCCCX) page (alibabacloud.com/help/en/maxcompute/user-guide/sql-errors): "
-    "metadata contention when jobs write one partition concurrently"
 )
 
 # Delta's conflict exceptions: the same simple names in the Java packages and the Python modules.
@@ -222,11 +216,17 @@ _DELTA_RS_TEMPLATES: tuple[tuple[ConflictKind, str, str], ...] = (
     (K.METADATA_CHANGED, _DELTA_RS_PREFIX + r"Metadata changed since last commit\.", DELTA_RS_CONFLICT),
     (K.CONCURRENT_TRANSACTION, _DELTA_RS_PREFIX + r"Concurrent transaction failed\.", DELTA_RS_CONFLICT),
     (K.PROTOCOL_CHANGED, _DELTA_RS_PREFIX + r"Protocol changed since last commit: ", DELTA_RS_CONFLICT),
-    # TransactionError::MaxCommitAttempts(i32) renders as the bare number of attempts.
+    # TransactionError::MaxCommitAttempts(i32) renders as the bare number of attempts: alone on its
+    # line, after the class in a traceback, or as the exception's value in Airflow 3's JSON task log.
     (
         K.COMMIT_RETRIES_EXHAUSTED,
         r"(?m)(?:^|CommitFailedError: )" + _DELTA_RS_PREFIX + r"\d+[ \t]*$",
         DELTA_RS_TXN,
+    ),
+    (
+        K.COMMIT_RETRIES_EXHAUSTED,
+        r'"exc_type":\s*"CommitFailedError",\s*"exc_value":\s*"' + _DELTA_RS_PREFIX + r'\d+"',
+        f"{DELTA_RS_TXN}; {AIRFLOW_JSON_LOG}",
     ),
     (K.CONCURRENT_WRITE, r"Tried committing existing table version: \d+", DELTA_RS_TXN),
     (K.CONCURRENT_WRITE, r"Delta transaction failed, version \d+ already exists\.", DELTA_RS_TABLE),
@@ -259,6 +259,9 @@ _DELTA_RS_TEMPLATES: tuple[tuple[ConflictKind, str, str], ...] = (
         r"exceeded maximum commit attempts(?: max_retries=|\W{1,6}max_retries\W{1,4})\d+",
         DELTA_RS_LOG,
     ),
+    # With max_retries 0 the loop gives up at its first sight of a newer version, at WARN, before any
+    # conflict check, and returns MaxCommitAttempts(0): the record is the failure, not a retry.
+    (K.COMMIT_RETRIES_EXHAUSTED, r"table updated but max_retries is 0, failing immediately", DELTA_RS_LOG),
 )
 
 _ICEBERG_CLASSES: tuple[tuple[str, ConflictKind, str], ...] = (
@@ -348,38 +351,6 @@ _ICEBERG_TEMPLATES: tuple[tuple[ConflictKind, str, str], ...] = (
     ),
 )
 
-_MAXCOMPUTE_TEMPLATES: tuple[tuple[ConflictKind, str, str], ...] = (
-    # ODPS-0110061 alone is any failed DDL task (e.g. schema evolution disabled): only with the
-    # inner ODPS-0429311 "Transaction aborted" is it an OCC conflict.
-    (
-        K.OPERATION_CONFLICT,
-        r"(?s)ODPS-0110061\s*:.{0,400}?ODPS-0429311\s*:\s*Transaction aborted",
-        ODPS_0110061,
-    ),
-    (K.METADATA_LOCK_CONFLICT, r"ODPS-0121096\s*:\s*MetaStore transaction conflict", ODPS_0121096),
-    # The commit failed and so did its rollback: whether the data landed is unknown. The code alone
-    # says so (odpscmd also prints unknown client-side failures under it, and never retries them).
-    (K.COMMIT_STATE_UNKNOWN, r"(?<![\w-])ODPS-0110999\s*:", ODPS_0110999),
-    # The SQL error codes page gives these three a metadata race between concurrent jobs on one
-    # partition as their cause ("MaxCompute has no locking mechanism"). The same codes with any
-    # other text (a permission, a package, schema evolution) are not conflicts.
-    (
-        K.METADATA_LOCK_CONFLICT,
-        r"ODPS-0110041\s*:\s*Invalid meta operation - AlreadyExistsException\(message:Partition already exists",
-        ODPS_SQL_ERRORS,
-    ),
-    (
-        K.METADATA_LOCK_CONFLICT,
-        r"ODPS-0110061\s*:\s*Failed to run ddltask - AlreadyExistsException\(message:Partition already exists",
-        ODPS_SQL_ERRORS,
-    ),
-    (
-        K.METADATA_LOCK_CONFLICT,
-        r"ODPS-0110061\s*:\s*Failed to run ddltask - SimpleLock conflict failure, add partition is already on-going",
-        ODPS_SQL_ERRORS,
-    ),
-)
-
 
 def _rows() -> tuple[Marker, ...]:
     rows: list[Marker] = []
@@ -398,24 +369,16 @@ def _rows() -> tuple[Marker, ...]:
         rows.append(Marker(kind, "iceberg", Evidence.CLASS, name, source))
     for kind, pattern, source in _ICEBERG_TEMPLATES:
         rows.append(Marker(kind, "iceberg", Evidence.MESSAGE, pattern, source))
-    for kind, pattern, source in _MAXCOMPUTE_TEMPLATES:
+    for kind, pattern, source in MAXCOMPUTE_TEMPLATES:
         rows.append(Marker(kind, "maxcompute", Evidence.MESSAGE, pattern, source))
     for kind, pattern, source in PYICEBERG_TEMPLATES:
         rows.append(Marker(kind, "iceberg", Evidence.MESSAGE, pattern, source))
-    rows.append(Marker(K.METADATA_LOCK_CONFLICT, "maxcompute", Evidence.ERROR_CLASS, "ODPS-0121096", ODPS_0121096))
-    rows.append(Marker(K.COMMIT_STATE_UNKNOWN, "maxcompute", Evidence.ERROR_CLASS, "ODPS-0110999", ODPS_0110999))
-    rows.append(
-        Marker(
-            K.METADATA_LOCK_CONFLICT,
-            "maxcompute",
-            Evidence.CLASS,
-            "odps.tunnel.errors.MetaTransactionFailed",
-            PYODPS_TUNNEL,
-        )
-    )
-    rows.append(
-        Marker(K.METADATA_LOCK_CONFLICT, "maxcompute", Evidence.ERROR_CLASS, "MetaTransactionFailed", PYODPS_TUNNEL)
-    )
+    for code, kind, source in MAXCOMPUTE_CODES:
+        rows.append(Marker(kind, "maxcompute", Evidence.ERROR_CLASS, code, source))
+    for name, kind, source in MAXCOMPUTE_CLASSES:
+        rows.append(Marker(kind, "maxcompute", Evidence.CLASS, name, source))
+        # The service's ErrorCode is the class's name: a TunnelError keeps it on ``code``.
+        rows.append(Marker(kind, "maxcompute", Evidence.ERROR_CLASS, name.rsplit(".", 1)[1], source))
     return tuple(rows)
 
 

@@ -26,6 +26,7 @@ from .winner import (
     iceberg_winner,
     metadata_entries,
     metadata_version,
+    own_snapshot,
     snapshots_changing,
     snapshots_since,
 )
@@ -73,7 +74,9 @@ class IcebergFormat:
         return current_snapshot(spark, self.qualify(table))
 
     def after(self, spark: Any, table: str, before: SnapshotRef | None) -> CommitInfo:
-        """The snapshot this job committed: the newest one after ``before`` by this application."""
+        """The snapshot this job committed: of those after ``before``, the one carrying the write id
+        this thread's commits are tagged with (``winner.own_snapshot``), never merely the newest of
+        this application, which another thread of it may have committed since."""
         name = self.qualify(table)
         current = current_snapshot(spark, name)
         since = None if before is None else before.snapshot_id
@@ -82,24 +85,15 @@ class IcebergFormat:
             # at all (e.g. a DELETE that matched no row).
             metadata = metadata_commit(before, current)
             return CommitInfo(tag={} if metadata is not None else {"commit": "none"}, metadata=metadata)
-        snapshots = _snapshots(spark, name)
-        app_id = _app_id(spark)
-        chain: list[dict[str, Any]] = []
-        sid: int | None = current.snapshot_id
-        while sid is not None and sid != since and sid in snapshots:
-            chain.append(snapshots[sid])
-            sid = snapshots[sid]["parent_id"]
-        mine = [s for s in chain if app_id is None or s["summary"].get("spark.app.id") in (None, app_id)]
-        chosen = mine[0] if mine else chain[0] if chain else None
+        found = own_snapshot(snapshots_since(spark, name, since), _write_id_in_force(spark), _app_id(spark))
+        chosen = found.snapshot
         if chosen is None:
-            return CommitInfo(snapshot_id=current.snapshot_id, version=current.sequence_number)
+            return CommitInfo(tag={"commit": found.basis})
         summary = chosen["summary"]
-        tag = {"iceberg_operation": str(chosen["operation"])}
+        tag = {"iceberg_operation": str(chosen["operation"]), "own_commit": found.basis}
         for key in ("added-records", "deleted-records", "added-data-files", "deleted-data-files"):
             if key in summary:
                 tag[key] = str(summary[key])
-        if len(mine) > 1:
-            tag["commit"] = f"ambiguous: {len(mine)} snapshots by this application since the job started"
         rows = summary.get("added-records")
         return CommitInfo(
             version=_sequence_number(spark, name, chosen["snapshot_id"]),
@@ -164,27 +158,26 @@ def metadata_commit(before: SnapshotRef | None, after: SnapshotRef | None) -> Me
     return MetadataCommit(version=metadata_version(after.metadata_file), location=after.metadata_file)
 
 
-def _snapshots(spark: Any, table: str) -> dict[int, dict[str, Any]]:
-    rows = spark.sql(
-        f"SELECT snapshot_id, parent_id, operation, summary FROM {quote_table(table)}.snapshots"
-    ).collect()
-    return {
-        int(r["snapshot_id"]): {
-            "snapshot_id": int(r["snapshot_id"]),
-            "parent_id": None if r["parent_id"] is None else int(r["parent_id"]),
-            "operation": r["operation"],
-            "summary": dict(r["summary"] or {}),
-        }
-        for r in rows
-    }
-
-
 def _sequence_number(spark: Any, table: str, snapshot_id: int) -> int | None:
     rows = spark.sql(
         f"SELECT latest_sequence_number FROM {quote_table(table)}.metadata_log_entries "
         f"WHERE latest_snapshot_id = {int(snapshot_id)} ORDER BY timestamp LIMIT 1"
     ).collect()
     return None if not rows or rows[0][0] is None else int(rows[0][0])
+
+
+def _write_id_in_force(spark: Any) -> str | None:
+    """The write id this thread's Iceberg commits carry (``iceberg_commit_properties``); ``None``
+    when the thread tags nothing, on Spark Connect (no JVM on the client) or on a runtime without
+    Iceberg's ``CommitMetadata`` (whose commits then carry no tag either)."""
+    if getattr(spark, "_jvm", None) is None:
+        return None
+    try:
+        props = _commit_properties_local(spark).get()
+    except InvalidDeclarationError:
+        return None
+    value = None if props is None else props.get(WRITE_ID)
+    return None if value is None else str(value)
 
 
 def _app_id(spark: Any) -> str | None:

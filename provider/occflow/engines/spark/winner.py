@@ -6,6 +6,9 @@ conflicting commit delta-spark prints in its exception.
   metadata table; the winner is the first one whose operation and summary match the validation
   that failed (the operations Iceberg's ``MergingSnapshotProducer`` validates against), else the
   first one.
+- The snapshot a committed Iceberg job made (``own_snapshot``): of the snapshots since the attempt
+  started, the one carrying the write's own tag; never "the newest of this application", which is
+  another thread's commit when two threads of one Spark application write the table at once.
 - delta-spark (before 4.1, and still for metadata, protocol, transaction and write conflicts)
   appends ``Conflicting commit: {CommitInfo as JSON}`` to its message
   (``DeltaErrors.concurrentModificationExceptionMsg``, ``JsonUtils.toJson``): version, timestamp,
@@ -18,10 +21,11 @@ import datetime as dt
 import json
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ...core.kinds import WinningCommit
-from ..tags import with_writer
+from ..tags import WRITE_ID, with_writer
 from .identifiers import quote_table, sql_string
 
 # ------------------------------------------------------------------------------------ delta-spark
@@ -197,6 +201,43 @@ def snapshots_since(spark: Any, table: str, since: int | None) -> list[dict[str,
         chain.append(by_id[sid])
         sid = by_id[sid]["parent_id"]
     return list(reversed(chain))
+
+
+@dataclass(frozen=True)
+class OwnSnapshot:
+    """The snapshot a job committed (``None``: none that is surely its own), and how it was told."""
+
+    snapshot: Mapping[str, Any] | None
+    basis: str
+
+
+def own_snapshot(snapshots: Sequence[Mapping[str, Any]], write_id: str | None, app_id: str | None) -> OwnSnapshot:
+    """Of ``snapshots`` (those committed since the job started, oldest first, as
+    :func:`snapshots_since` reads them), the one the job committed.
+
+    With ``write_id`` (occflow's tag, which Iceberg writes into the summary of every commit the
+    tagged thread makes): the newest snapshot carrying it, the job's last commit; none when no
+    snapshot does (the job changed nothing; the others are other writers'). Without a tag, only
+    ``spark.app.id`` is left, and every thread of the application shares it: the one snapshot the
+    application committed is taken, and with several none is, since another thread's may be newer.
+    """
+    if write_id is not None:
+        mine = [s for s in snapshots if (s.get("summary") or {}).get(WRITE_ID) == write_id]
+        others = len(snapshots) - len(mine)
+        if not mine:
+            return OwnSnapshot(None, f"no snapshot since the start carries write id {write_id} ({others} by others)")
+        basis = f"the newest of {len(mine)} snapshot(s) carrying write id {write_id}"
+        return OwnSnapshot(mine[-1], basis + (f"; {others} by others skipped" if others else ""))
+    by_app = [s for s in snapshots if app_id is None or (s.get("summary") or {}).get("spark.app.id") in (None, app_id)]
+    if not by_app:
+        return OwnSnapshot(None, f"none of the {len(snapshots)} snapshot(s) since the start is by this application")
+    if len(by_app) == 1:
+        return OwnSnapshot(by_app[0], "the only snapshot by this application since the start (no write id)")
+    return OwnSnapshot(
+        None,
+        f"ambiguous: {len(by_app)} snapshots by this application since the start and no write id to tell "
+        "this job's from another thread's",
+    )
 
 
 def _current_snapshot_id(spark: Any, table: str) -> int | None:
