@@ -6,7 +6,9 @@ named by ``OCCFLOW_LEASE_STORE_CONN_ID``; else a SQLite file ``occflow_leases.db
 ``$AIRFLOW_HOME`` (or ``~/airflow``). ``store_url`` is the part without Airflow (no connection).
 
 A worker records which store it admits in (``announce_store``) so that one left on the
-per-machine file while its peers share a store says so.
+per-machine file while its peers share a store says so. In Airflow's multi-team mode a store
+connection scoped to a team is refused (``refuse_team_scoped_store``): the store is one for
+every team that writes a table.
 """
 
 from __future__ import annotations
@@ -158,12 +160,96 @@ def resolve_store_url(
         return store_url(url, env)
     conn_id = conn_id or env.get(CONN_ID_ENV)
     if conn_id:
+        if _multi_team_mode():
+            # Before reading it: a team's copy may shadow it, or only its team may read it.
+            refuse_team_scoped_store(conn_id, env, True, _stored_connection_team(conn_id))
         try:
             uri = _connection_uri(conn_id)
         except Exception as exc:  # Airflow raises its own not-found type; name the id either way
             raise LeaseStoreError(f"cannot read the lease store connection {conn_id!r}: {exc}") from exc
         return url_from_connection_uri(uri)
     return default_url(env)
+
+
+# ------------------------------------------------------------------ one store for every team
+# In Airflow's multi-team mode a connection can be scoped to a team: a team-namespaced variable
+# AIRFLOW_CONN__<TEAM>___<CONN_ID> shadows the global one for that team's tasks, and a connection
+# stored with a team is shown to that team only. A lease store named that way is a store per team:
+# leases in one do not hold back writes admitted in another, so two teams' conflicting writes to
+# one table would run together. occflow refuses it (an error before any write, not a warning read
+# after the damage): the store connection is one for every team.
+
+#: Airflow's prefix of a team-namespaced connection variable (``AIRFLOW_CONN__<TEAM>___<ID>``).
+TEAM_CONN_PREFIX = "AIRFLOW_CONN__"
+#: Airflow's separator between the team and the connection id in such a variable.
+TEAM_CONN_SEPARATOR = "___"
+
+
+class TeamScopedStoreError(LeaseStoreError):
+    """The lease store connection is scoped to a team (Airflow multi-team): a store per team."""
+
+
+def team_scoped_variables(conn_id: str, env: Mapping[str, str]) -> dict[str, str]:
+    """The team-namespaced variables defining connection ``conn_id``: variable name -> team (as
+    spelled in the variable, upper case)."""
+    suffix = TEAM_CONN_SEPARATOR + conn_id.upper()
+    found = {}
+    for name in env:
+        if name.startswith(TEAM_CONN_PREFIX) and name.endswith(suffix):
+            team = name[len(TEAM_CONN_PREFIX) : -len(suffix)]
+            if team:
+                found[name] = team
+    return found
+
+
+def refuse_team_scoped_store(
+    conn_id: str, env: Mapping[str, str], multi_team: bool, stored_team: str | None = None
+) -> None:
+    """Raise ``TeamScopedStoreError`` when, in multi-team mode, the store connection ``conn_id``
+    is scoped to a team: a team-namespaced variable defines it, or the stored connection has a
+    team (``stored_team``). Outside multi-team mode Airflow reads neither, so neither counts."""
+    if not multi_team:
+        return
+    why = (
+        "leases in one store do not hold back writes admitted in another, so two teams' conflicting "
+        f"writes to one table would run together. Keep one store connection for every team: define "
+        f"{conn_id!r} without a team (AIRFLOW_CONN_{conn_id.upper()}, or a connection with no team) on "
+        "every worker, the triggerer and the api-server"
+    )
+    variables = team_scoped_variables(conn_id, env)
+    if variables:
+        named = ", ".join(f"{name} (team {team})" for name, team in sorted(variables.items()))
+        raise TeamScopedStoreError(
+            f"the lease store connection {conn_id!r} ({CONN_ID_ENV}) is scoped to a team by {named}: that "
+            f"team's writes would admit in another store than every other team's; {why}, and remove "
+            f"{', '.join(sorted(variables))}."
+        )
+    if stored_team:
+        raise TeamScopedStoreError(
+            f"the lease store connection {conn_id!r} ({CONN_ID_ENV}) belongs to team {stored_team!r} in "
+            f"Airflow's metadata: only that team's writes can read it, and a store of their own for the "
+            f"other teams would split admission; {why}."
+        )
+
+
+def _multi_team_mode() -> bool:
+    from airflow.configuration import conf
+
+    return bool(conf.getboolean("core", "multi_team", fallback=False))
+
+
+def _stored_connection_team(conn_id: str) -> str | None:
+    """The team of connection ``conn_id`` in Airflow's metadata DB, where this process reads it
+    (the CLI, the api-server's view, ``dag.test()``); a task reads no metadata DB (its team's
+    connections come through the API server, which hides other teams'), so ``None`` there."""
+    if _in_airflow_task():
+        return None
+    from airflow.models.connection import Connection as StoredConnection
+
+    try:
+        return StoredConnection.get_team_name(conn_id)
+    except sa.exc.SQLAlchemyError:  # no metadata DB here (a script with an env connection): nothing to read
+        return None
 
 
 def _connection_uri(conn_id: str) -> str:
@@ -242,7 +328,8 @@ def diverging_peers(
 ) -> list[Mapping[str, Any]]:
     """The recent records of another store where one side is a per-machine default file: that
     pair admits conflicting writes side by side. Two configured stores may differ on purpose (a
-    store per team, ``lease_store_url=`` per operator) and are not reported."""
+    store for other tables, ``lease_store_url=`` per operator) and are not reported; a store scoped to
+    a team by Airflow's multi-team connections is refused before this (``refuse_team_scoped_store``)."""
     return [
         r for r in records
         if r.get("fingerprint") != mine.fingerprint

@@ -3,7 +3,9 @@
 What it waits for: a version (Delta version / Iceberg sequence number) at least ``min_version``,
 a given Iceberg ``snapshot_id``, a commit touching ``partition``, or the commit an upstream
 occflow write task made (read from that task's XCom report). The triggerer reads the table's log
-from files (``occflow.triggers.commits``), so waiting holds no worker slot and no JVM.
+from files (``occflow.triggers.commits.read_commits``), so waiting holds no worker slot and no JVM;
+``OutsideCommitTrigger``, the asset watcher for commits made outside Airflow, reads it with the
+same reader, so both see the same commits and tell occflow's by the same tag.
 
 MaxCompute tables (``table_format="maxcompute"``) are read through ``OccflowMaxComputeHook`` (the
 operator's connection, or the stand-in): their two versions are ``min_id_version`` (every commit)

@@ -19,6 +19,7 @@ from ..engines.commits import Commit
 from ..engines.deltars.commits import delta_table_commits
 from ..engines.maxcompute import maxcompute_commits
 from ..engines.spark.iceberg_commits import iceberg_table_commits
+from ..engines.tags import PREFIX as TAG_PREFIX
 from ..hooks.maxcompute import DEFAULT_CONN_ID, OccflowMaxComputeHook
 
 FORMATS = ("delta", "iceberg", "maxcompute")
@@ -136,3 +137,26 @@ def _touches(keys: frozenset[str], wanted: str) -> bool:
         if all(have[c] == want[c] for c in have.keys() & want.keys()):
             return True
     return False
+
+
+#: The formats whose log names every commit, occflow's or not, with its tag when it is occflow's:
+#: a watcher can tell an outside commit there. MaxCompute is not one: on a real project occflow
+#: reads only the instances carrying its own tag, so an outside commit is never seen.
+OUTSIDE_WATCHABLE = ("delta", "iceberg")
+
+
+def made_by_occflow(commit: Commit) -> bool:
+    """Whether occflow made ``commit``: every commit occflow makes (a write, a fence, a schema
+    change) carries ``occflow.*`` keys in its commit info or snapshot summary (``engines.tags``)."""
+    return any(key.startswith(TAG_PREFIX) for key in commit.metadata)
+
+
+def commits_after(commits: list[Commit], watermark: int) -> list[Commit]:
+    """The commits past ``watermark`` (the last version a watcher has seen), oldest first."""
+    return sorted((c for c in commits if c.version is not None and c.version > watermark),
+                  key=lambda c: c.version or 0)
+
+
+def latest_version(commits: list[Commit]) -> int:
+    """The newest version in ``commits``; -1 for a table with none yet (its first commit is new)."""
+    return max((c.version for c in commits if c.version is not None), default=-1)
