@@ -38,7 +38,8 @@ for the average turned off, at both latencies, over the same instances, each aga
 optimum and against partition-lock: ``commit_ahead`` (a newcomer that must commit first joins a
 running job and holds that job's commit until its own lease ends) and ``maintenance_last``
 (compactions are looked at after waiting data writes, with their age limit). Both are fields of
-``occflow.sim.policies.MatrixAdmission``; the store applies the same rules.
+``occflow.sim.policies.MatrixAdmission``; the store applies the same rules. ``duration-blind``:
+occflow without the duration-aware choices of issue 38 (``MatrixAdmission(durations=None)``).
 
 Run: ``.venv/bin/python bench/sim_exact.py [--instances 1500] [--seed 25] [--check] [--ablation]``.
 Writes bench/results/sim_exact.json and prints the summary (the seed is printed first).
@@ -84,6 +85,7 @@ class TinyJob:
     partition: str | None  # None: the whole table
     arrival: int  # units
     duration: int  # units
+    table: str = "t"  # the families of bench/sim_families.py put jobs on two tables
 
 
 @dataclass(frozen=True)
@@ -97,21 +99,23 @@ class Instance:
 
     def workload(self, admission_latency: float) -> Workload:
         """The instance as a simulator workload (one spec per job, fixed duration and arrival)."""
-        table = {"name": "t", "profile": self.profile.name, "partitions": list(self.partitions)}
+        tables = [{"name": name, "profile": self.profile.name, "partitions": list(self.partitions)}
+                  for name in sorted({job.table for job in self.jobs})]
         jobs = [
-            {"name": f"j{k}", "table": "t", "operation": job.operation.value,
+            {"name": f"j{k}", "table": job.table, "operation": job.operation.value,
              "partitions": "all" if job.partition is None else [job.partition],
              "duration": job.duration * UNIT, "arrival": job.arrival * UNIT}
             for k, job in enumerate(self.jobs)
         ]
         return parse_workload({
-            "name": f"tiny-{self.seed}-{self.index}", "slots": self.slots, "tables": [table], "jobs": jobs,
+            "name": f"tiny-{self.seed}-{self.index}", "slots": self.slots, "tables": tables, "jobs": jobs,
             "policies": {"naive": {"retries": 3, "retry_delay": 60},
                          "airflow": {"admission_latency": admission_latency, "requeue_delay": 5}},
         }, f"tiny-{self.seed}-{self.index}.yaml")
 
     def describe(self) -> str:
-        jobs = ", ".join(f"{j.operation.value}@{j.partition or '*'} r{j.arrival} d{j.duration}" for j in self.jobs)
+        jobs = ", ".join(f"{j.operation.value}@{'' if j.table == 't' else j.table + ':'}{j.partition or '*'} "
+                         f"r{j.arrival} d{j.duration}" for j in self.jobs)
         return f"{self.profile.name}, {self.slots} slot(s), partitions {list(self.partitions)}: {jobs}"
 
 
@@ -139,6 +143,8 @@ def whole_table(profile: Profile, job: TinyJob) -> bool:
 
 
 def overlapping(profile: Profile, a: TinyJob, b: TinyJob) -> bool:
+    if a.table != b.table:
+        return False  # two tables never meet
     return whole_table(profile, a) or whole_table(profile, b) or a.partition == b.partition
 
 
@@ -300,8 +306,9 @@ def measure(seed: int, count: int, check: bool) -> dict[str, Any]:
 
 
 #: name -> MatrixAdmission fields: occflow and its ablations (``--ablation``).
-VARIANTS: dict[str, dict[str, bool]] = {
+VARIANTS: dict[str, dict[str, Any]] = {
     "occflow": {},
+    "duration-blind": {"durations": None},
     "no commit-ahead": {"commit_ahead": False},
     "maintenance not last": {"maintenance_last": False},
     "neither": {"commit_ahead": False, "maintenance_last": False},

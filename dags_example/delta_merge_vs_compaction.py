@@ -10,6 +10,11 @@ default) the compaction would wait for the upserts instead of racing them. The c
 admission on: on delta-rs two compactions of the same files both commit and duplicate rows, so
 occflow refuses to run one without a lease unless the DAG opts in (``allow_unsafe_concurrency``).
 
+After the compaction, the nightly maintenance: a VACUUM at the table's retention (one week: it
+deletes no file a running job could still read; a shorter one is refused unless the task says
+``allow_unsafe_retention=True``). It holds the whole table while it runs, so admission keeps it
+apart from every write that takes a lease (docs/maintenance.md).
+
 The source of each upsert takes a few seconds to compute (``PREPARE_SECONDS``), as a real
 transformation would: that is the window in which the compaction commits.
 """
@@ -88,6 +93,13 @@ with DAG(
         operation="optimize",
     )
 
+    nightly_vacuum = DeltaWriteOperator(
+        task_id="nightly_vacuum",
+        table=TABLE,
+        operation="vacuum",
+        trigger_rule="all_done",  # after the compaction, whether it committed or was skipped
+    )
+
     @task(trigger_rule="all_done")
     def verify(reports: list[dict]) -> dict:
         from airflow.sdk import get_current_context
@@ -95,7 +107,10 @@ with DAG(
 
         # The compaction pushes no report when its policy skipped it.
         compacted = get_current_context()["ti"].xcom_pull(task_ids="compact")
-        reports = [*reports, compacted]
+        vacuumed = get_current_context()["ti"].xcom_pull(task_ids="nightly_vacuum")
+        if not vacuumed or not vacuumed["committed"]:
+            raise ValueError(f"the nightly VACUUM of {TABLE} did not commit: {vacuumed}")
+        reports = [*reports, compacted, vacuumed]
 
         rows = DeltaTable(default_delta_location(TABLE)).to_pyarrow_table().to_pylist()
         keys = [(r["region"], r["id"]) for r in rows]
@@ -119,6 +134,7 @@ with DAG(
             "conflicts": [c["kind"] for r in reports if r for c in r["conflicts"]],
             "actions": [d["action"] for r in reports if r for d in r["decisions"]],
             "compaction": "committed" if compacted else "skipped",
+            "vacuum": "committed",
         }
         print(f"occflow example summary: {summary}")
         return summary
@@ -126,4 +142,4 @@ with DAG(
     setup = create_table()
     setup >> [upserts, compaction]
     checked = verify(upserts.output)
-    compaction >> checked
+    compaction >> nightly_vacuum >> checked

@@ -51,8 +51,7 @@ def expected(profile: Profile, running: Operation, newcomer: Operation, *, overl
         return "granted"
 
     def clean(earlier: Operation, later: Operation) -> bool:
-        cell = profile.cell(earlier, later)
-        return not cell.later_fails and not cell.effect.corrupts_data
+        return profile.commit_is_clean(earlier, later)
 
     running_first, newcomer_first = clean(running, newcomer), clean(newcomer, running)
     if running_first and newcomer_first:
@@ -202,6 +201,8 @@ SQL = [
     "ALTER TABLE db.t PARTITION (ds = '{d}') MERGE SMALLFILES",
     "ALTER TABLE db.t PARTITION (ds = '{d}') COMPACT MINOR",
     "ALTER TABLE db.t PARTITION (ds = '{d}') COMPACT MAJOR",
+    "VACUUM db.t RETAIN 168 HOURS",
+    "CALL system.expire_snapshots(table => 'db.t', retain_last => 5)",
 ]
 SNAPSHOT = [f"write.{kind}.isolation-level=snapshot" for kind in ("delete", "update", "merge")]
 DV = "delta.enableDeletionVectors=true"
@@ -311,3 +312,114 @@ def test_an_iceberg_insert_beside_a_running_merge_is_granted_its_commit_held_unt
     assert store_ruling(store, explain_job(merge, facts).claim, explain_job(insert, facts).claim, True) == "awaits"
     [blind] = explain_rulings(capsys, "iceberg-serializable", insert, [merge], gate=False)
     assert (blind["admission"], blind["conflict"]) == ("blocked", True)
+
+
+# ----------------------------------------------------------------------------- durations (issue 38)
+
+#: The running write takes 10 s; the newcomer asks 1 s later (the simulator) or at once (the store,
+#: whose running lease was just granted). Newcomer lengths chosen so that each side of ``k`` = 1 is
+#: met: an AFTER newcomer of 1 s would wait 8-9 s at its gate (refused), one of 6 s 3-4 s (granted);
+#: a BEFORE newcomer of 15 s holds the running write 5-6 s (granted), one of 25 s 15-16 s (refused).
+RUNNING_SECONDS = 10.0
+NEWCOMER_SECONDS = {"after": (1.0, 6.0), "before": (15.0, 25.0)}
+
+
+def expected_with_durations(profile: Profile, running: Operation, newcomer: Operation, seconds: float,
+                            remaining: float) -> str:
+    """The cells' ruling, then the gate bound worked out from the timeline (k = 1)."""
+    found = expected(profile, running, newcomer, overlap=True, gate=True)
+    if found == "awaits" and remaining - seconds > seconds:
+        return "blocked"  # its commit would wait longer at the gate than it works
+    if found == "holds" and seconds - remaining > RUNNING_SECONDS:
+        return "blocked"  # it would hold the running write's commit longer than that write works
+    return found
+
+
+def store_ruling_with_durations(store: LeaseStore, running: Claim, newcomer: Claim, seconds: float) -> str:
+    """The store's transaction path (``live_and_waiting``, ``blockers_of`` with ``Estimates``,
+    ``without_cycles``) on real lease rows, the estimates given per lease and request id."""
+    from occflow.core.admission_rule import Durations
+    from occflow.leases.transaction import Estimates, blockers_of
+
+    table = f"db.durations_{next(_tables)}"
+
+    def request(claim: Claim) -> LeaseRequest:
+        return LeaseRequest.create(table, claim.operation, claim.profile, sorted(claim.partitions or ()),
+                                   commit_gate=True)
+
+    held = store.decide(request(running)).lease
+    assert held is not None
+    ask = request(newcomer)
+    with store._locked(table) as tx:  # noqa: SLF001 - the decision's own transaction, as ``_decide`` opens it
+        live, waiting = tx.live_and_waiting(ask)
+        estimates = Estimates(Durations(), tx.now, {held.lease_id: RUNNING_SECONDS, ask.request_id: seconds})
+        ruling = tx.without_cycles(
+            blockers_of(ask, live, waiting, (tx.now, tx.now, ask.request_id), order_aware=True, estimates=estimates),
+            live)
+    store.release(held)
+    if ruling.blockers:
+        assert [b.ident for b in ruling.blockers] == [held.lease_id]
+        return "blocked"
+    return "awaits" if ruling.awaits else "holds" if ruling.holds else "granted"
+
+
+def _exclusive(profile: Profile) -> Operation:
+    """An operation two of which on one partition never run together (by the cells)."""
+    return next(op for op in profile.operations if expected(profile, op, op, overlap=True, gate=True) == "blocked")
+
+
+def sim_ruling_with_durations(profile: Profile, running: Claim, newcomer: Claim, seconds: float) -> str:
+    """Three slots; on another table a write runs and a second one waits for it: a slot is wanted
+    besides the newcomer's (the gate bound applies), and the one left is free for the newcomer."""
+    def job(name: str, table: str, operation: Operation, duration: float, arrival: float) -> dict[str, Any]:
+        return {"name": name, "table": table, "operation": operation.value, "partitions": [DAY],
+                "duration": duration, "arrival": arrival}
+
+    other = _exclusive(profile)
+    workload = parse_workload({
+        "slots": 3,
+        "tables": [{"name": "t", "profile": profile.name, "partitions": [DAY]},
+                   {"name": "other", "profile": profile.name, "partitions": [DAY]}],
+        "jobs": [job("running", "t", running.operation, RUNNING_SECONDS, 0.0),
+                 job("newcomer", "t", newcomer.operation, seconds, 1.0),
+                 job("holding", "other", other, 30.0, 0.0), job("wanting", "other", other, 1.0, 1.0)],
+        "policies": {"airflow": {"admission_latency": 0, "requeue_delay": 0}},
+    }, "durations.yaml")
+    run = simulate(workload, build_policy("occflow", workload))
+    assert run.metrics.failed_attempts == 0, (profile.name, running, newcomer, seconds)
+    first = {a.job: a for a in reversed(run.attempts)}
+    if first[1].start > 1.0:
+        return "blocked"
+    if first[1].held > 0:
+        return "awaits"
+    return "holds" if first[0].held > 0 else "granted"
+
+
+def test_store_simulator_and_rule_agree_on_the_gate_bound_from_durations(store: LeaseStore) -> None:
+    from occflow.core.admission_rule import Durations
+
+    disagreements, seen = [], set()
+    for name, a, b, where in _pairs():
+        if where != "same partition":
+            continue
+        profile = PROFILES[name]
+        running, newcomer = Claim(profile, a, frozenset({DAY})), Claim(profile, b, frozenset({DAY}))
+        blind = expected(profile, a, b, overlap=True, gate=True)
+        if blind not in ("awaits", "holds") or core_ruling(running, newcomer, True) != blind:
+            continue  # the bound is about gates; pairs the blind rule gets wrong fail the test above
+        for seconds in NEWCOMER_SECONDS["after" if blind == "awaits" else "before"]:
+            found = {
+                "store": store_ruling_with_durations(store, running, newcomer, seconds),
+                "simulator": sim_ruling_with_durations(profile, running, newcomer, seconds),
+                "rule": rule(newcomer, [Running("r", running, True, False, RUNNING_SECONDS - 1.0, RUNNING_SECONDS)],
+                             commit_gate=True, durations=Durations(), estimate=seconds).verdict.value,
+            }
+            # The store decides at once (10 s left), the simulator a second later (9 s): same side of k.
+            want = expected_with_durations(profile, a, b, seconds, RUNNING_SECONDS - 1.0)
+            assert want == expected_with_durations(profile, a, b, seconds, RUNNING_SECONDS)
+            seen.add((blind, want))
+            if set(found.values()) != {want}:
+                disagreements.append(f"{name}: {a.value} running, {b.value} new ({seconds:g} s): cells and "
+                                     f"timeline say {want}, {found}")
+    assert not disagreements, "\n".join(disagreements[:20])
+    assert seen == {("awaits", "blocked"), ("awaits", "awaits"), ("holds", "holds"), ("holds", "blocked")}

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from occflow.core.admission_rule import Claim, Pairing, Running, Waiting, closes_cycle, rule
+from occflow.core.admission_rule import Claim, Durations, Pairing, Running, Waiting, closes_cycle, rule
 from occflow.core.errors import InvalidFootprintError, UnknownOperationError, UnknownProfileError
 from occflow.core.profiles import PROFILES, Profile
 
@@ -114,3 +114,82 @@ def test_a_claim_names_what_is_wrong_with_its_input() -> None:
         Claim(PROFILES["delta-rs"], "merge", "ds=1")  # type: ignore[arg-type]
     # Names as a user writes them are read.
     assert Claim("delta-rs", "MERGE", ["ds=1"]) == Claim.of("delta-rs", "merge", frozenset({"ds=1"}))  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- durations (issue 38)
+
+ICEBERG = PROFILES["iceberg-serializable"]
+MERGE_P0 = Claim(ICEBERG, "merge", frozenset({"ds=1"}))  # type: ignore[arg-type]
+INSERT_P0 = Claim(ICEBERG, "insert_into", frozenset({"ds=1"}))  # type: ignore[arg-type]
+
+
+def _held_by_hand(pairing: Pairing, own: float, remaining: float) -> float:
+    """How long a gate holds a commit, worked out from the timeline: an ``AFTER`` newcomer
+    finishes after ``own`` and waits for the running write's ``remaining``; a ``BEFORE``
+    newcomer holds the running write from its ``remaining`` until its own ``own``."""
+    return remaining - own if pairing is Pairing.AFTER else own - remaining
+
+
+def test_a_gate_is_refused_exactly_when_it_would_hold_a_commit_more_than_k_times_its_writers_length() -> None:
+    # Iceberg serializable: an INSERT beside a running MERGE awaits it; a MERGE beside a running INSERT holds it.
+    assert INSERT_P0.pairing(MERGE_P0) is Pairing.AFTER and MERGE_P0.pairing(INSERT_P0) is Pairing.BEFORE
+    checked = {True: 0, False: 0}
+    for k, own, remaining, length in itertools.product((0.5, 1.0, 3.0), (1.0, 4.0, 9.0, 30.0), (0.0, 2.0, 8.0, 20.0),
+                                                       (8.0, 20.0)):
+        durations = Durations(gate_factor=k)
+        for newcomer, running in ((INSERT_P0, MERGE_P0), (MERGE_P0, INSERT_P0)):
+            pairing = newcomer.pairing(running)
+            held = _held_by_hand(pairing, own, remaining)
+            writer = own if pairing is Pairing.AFTER else length  # whose commit is held
+            ruling = rule(newcomer, [Running("r", running, True, False, remaining, length)], commit_gate=True,
+                          durations=durations, estimate=own)
+            refused = held > k * writer
+            assert ruling.granted is not refused, (pairing, k, own, remaining, length, ruling)
+            if refused:
+                assert "more than" in ruling.blocked_by[0].why
+            checked[refused] += 1
+            # Duration-blind, or no slot wanted by anyone else, or the remaining time unknown: granted.
+            assert rule(newcomer, [Running("r", running, True, False, remaining, length)], commit_gate=True).granted
+            assert rule(newcomer, [Running("r", running, True, False, remaining, length)], commit_gate=True,
+                        durations=durations, estimate=own, slot_wanted=False).granted
+            assert rule(newcomer, [Running("r", running, True)], commit_gate=True, durations=durations,
+                        estimate=own).granted
+    assert min(checked.values()) > 20
+
+
+def test_a_request_ahead_by_its_head_start_does_not_keep_out_a_newcomer_no_running_write_blocks() -> None:
+    durations = Durations()
+    optimize = Claim(PROFILES["delta-write-serializable"], "optimize", frozenset({"ds=1"}))  # type: ignore[arg-type]
+    merge = Claim(PROFILES["delta-write-serializable"], "merge", frozenset({"ds=1"}))  # type: ignore[arg-type]
+    assert optimize.pairing(merge) is Pairing.APART
+    later = Waiting("merge", merge, True, arrival=50.0, estimate=10.0)
+    earlier = Waiting("merge", merge, True, arrival=5.0, estimate=10.0)
+    # The compaction arrived at 10: a merge that arrived later, ahead only by its head start, lets it go.
+    assert rule(optimize, [], [later], commit_gate=True, durations=durations, estimate=10.0, arrival=10.0).granted
+    # One that arrived first still blocks it; so does any, duration-blind.
+    assert not rule(optimize, [], [earlier], commit_gate=True, durations=durations, estimate=10.0, arrival=10.0).granted
+    assert not rule(optimize, [], [later], commit_gate=True).granted
+    # A running write that blocks it keeps the queue as it is: the later merge stays ahead.
+    running = [Running("m", merge, True)]
+    blocked = rule(optimize, running, [later], commit_gate=True, durations=durations, estimate=10.0, arrival=10.0)
+    assert [b.key for b in blocked.blocked_by] == ["m", "merge"]
+
+
+def test_of_two_requests_that_arrived_together_the_shorter_goes_first() -> None:
+    durations = Durations(same_arrival=1.0)
+    merge = Claim(PROFILES["delta-write-serializable"], "merge", frozenset({"ds=1"}))  # type: ignore[arg-type]
+    longer = Waiting("long", merge, True, arrival=100.0, estimate=300.0)
+    for arrival, estimate, goes in ((100.5, 30.0, True), (100.5, 600.0, False), (102.0, 30.0, False),
+                                    (100.5, 300.0, False)):
+        ruling = rule(merge, [], [longer], commit_gate=True, durations=durations, estimate=estimate, arrival=arrival)
+        assert ruling.granted is goes, (arrival, estimate)
+        assert durations.goes_first(arrival, estimate, 100.0, 300.0) is goes
+
+
+def test_durations_name_what_is_wrong_with_them() -> None:
+    for name, bad in (("gate_factor", -1.0), ("same_arrival", float("nan")), ("default_seconds", float("inf")),
+                      ("gate_factor", True), ("default_seconds", "60")):
+        with pytest.raises(ValueError, match=f"Durations.{name} must be a finite number"):
+            Durations(**{name: bad})  # type: ignore[arg-type]
+    assert Durations(default_seconds=42.0).seconds(None) == 42.0 and Durations().seconds(3.0) == 3.0
+    assert "1x its writer's length" in Durations().describe()

@@ -21,8 +21,8 @@ from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import DeltaError
 
 from occflow.core.admission_rule import Claim, Pairing
-from occflow.core.declaration import WriteDeclaration, partition_key
-from occflow.core.errors import InvalidDeclarationError
+from occflow.core.declaration import WriteDeclaration
+from occflow.core.errors import InvalidDeclarationError, InvalidFootprintError
 from occflow.core.footprint import footprints_overlap
 from occflow.core.identifiers import canonical_value
 from occflow.core.operations import Operation
@@ -67,9 +67,22 @@ def _table(root: Path, column_type: str) -> str:
     return uri
 
 
-def _touched(uri: str, since: int) -> set[str]:
+def _key(column_type: str, raw: str) -> str:
+    """A partition value as occflow's keys spell it for the column's type: canonical
+    (``p=2024-05-01``, ``p=7``), except a STRING column's text, which is its own spelling and is
+    quoted where the canonical form would change it (``p='2024-5-1'``, ``p='7.0'``; issue 33)."""
+    if column_type != "string":
+        return f"p={canonical_value('p', raw)}"
+    try:
+        kept = canonical_value("p", raw) == raw
+    except InvalidFootprintError:
+        kept = False
+    return f"p={raw}" if kept and not raw.startswith("'") else f"p='{raw}'"
+
+
+def _touched(uri: str, since: int, column_type: str) -> set[str]:
     """The partitions of every file a commit after version ``since`` removed or added, keyed as
-    occflow keys a partition (``p=<canonical value>``), from the engine's own log."""
+    occflow keys a partition of the column's type (``_key``), from the engine's own log."""
     touched: set[str] = set()
     for log in sorted((Path(uri) / "_delta_log").glob("*.json")):
         if int(log.stem) <= since:
@@ -78,25 +91,25 @@ def _touched(uri: str, since: int) -> set[str]:
             action = json.loads(line)
             for kind in ("add", "remove"):
                 if kind in action:
-                    touched.add(f"p={canonical_value('p', action[kind]['partitionValues']['p'])}")
+                    touched.add(_key(column_type, action[kind]["partitionValues"]["p"]))
     return touched
 
 
-def _run(uri: str, statement: Any) -> set[str] | Exception:
+def _run(uri: str, statement: Any, column_type: str) -> set[str] | Exception:
     table = DeltaTable(uri)
     before = table.version()
     try:
         statement(table)
     except (DeltaError, Exception) as error:  # delta-rs raises a plain Exception for a cast error
         return error
-    return _touched(uri, before)
+    return _touched(uri, before, column_type)
 
 
 @pytest.mark.parametrize(("column_type", "predicate"), PREDICATES)
 def test_delete_touches_exactly_the_typed_partitions_delta_rs_rewrites(
     tmp_path: Path, column_type: str, predicate: str
 ) -> None:
-    engine = _run(_table(tmp_path, column_type), lambda t: t.delete(predicate))
+    engine = _run(_table(tmp_path, column_type), lambda t: t.delete(predicate), column_type)
     sql = f"DELETE FROM db.t WHERE {predicate}"
     if isinstance(engine, Exception):
         with pytest.raises(InvalidDeclarationError, match="refuses the statement"):
@@ -111,7 +124,7 @@ def test_delete_touches_exactly_the_typed_partitions_delta_rs_rewrites(
         return
     # Exactly: every partition the commit touched is named, and no value the table holds that
     # it did not touch (a range names values by bounds: checked against the table's values).
-    held = {f"p={canonical_value('p', v)}" for v in TABLES[column_type].to_pylist()}
+    held = {_key(column_type, str(v).lower() if isinstance(v, bool) else str(v)) for v in TABLES[column_type].to_pylist()}
     named = {k for k in held if footprints_overlap(frozenset({k}), keys)}
     assert named == engine, (predicate, sorted(keys), sorted(engine))
 
@@ -128,7 +141,7 @@ def test_without_the_column_type_the_footprint_is_never_narrower(
 ) -> None:
     """No table facts: a quoted string names every value it may on any type; never one guessed
     spelling (``p = '07'`` was keyed ``p=07`` and delta-rs rewrote ``p=7``)."""
-    engine = _run(_table(tmp_path, column_type), lambda t: t.delete(predicate))
+    engine = _run(_table(tmp_path, column_type), lambda t: t.delete(predicate), column_type)
     if isinstance(engine, Exception):
         return  # the engine refused: no commit to be narrower than
     keys = derive_write(f"DELETE FROM db.t WHERE {predicate}", ["p"], "delta-rs").partition_keys()
@@ -141,7 +154,7 @@ def test_without_the_column_type_the_footprint_is_never_narrower(
 def test_update_set_text_on_int_moves_rows_to_the_typed_partition(tmp_path: Path) -> None:
     """``SET p = '08'`` on an INT column writes p=8 (the issue's SET shape)."""
     uri = _table(tmp_path, "int")
-    engine = _run(uri, lambda t: t.update(updates={"p": "'08'"}, predicate="p = '07'"))
+    engine = _run(uri, lambda t: t.update(updates={"p": "'08'"}, predicate="p = '07'"), "int")
     derived = derive_write("UPDATE db.t SET p = '08' WHERE p = '07'", ["p"], "delta-rs", column_types={"p": "int"})
     assert engine == {"p=7", "p=8"}
     assert derived.partition_keys() == engine
@@ -195,7 +208,7 @@ def test_declared_partition_is_the_partition_delta_rs_writes_for_it(
     # The declaration's lease key is the key of the partition the engine wrote.
     declaration = WriteDeclaration("db.t", get_profile("delta-rs"), Operation.UPDATE, ({"p": declared},))
     typed_keys = declaration.with_typed_partitions({"p": column_type}, "delta-rs").partition_keys()
-    assert typed_keys == {partition_key({"p": value}) for value in added}
+    assert typed_keys == {_key(column_type, str(value)) for value in added}
 
 
 def _sql_literal(value: object) -> str:
@@ -246,7 +259,7 @@ def test_a_declaration_holds_the_sql_literal_it_spells_and_not_another_spelling(
     """Without the column's type, ``{"p": "07"}`` holds ``WHERE p = '07'`` (one literal names one
     partition whatever the type) but ``{"p": "7"}`` does not: on a STRING column delta-rs
     deletes from partition '07', not '7' (read from its log)."""
-    touched = _run(_table(tmp_path, "string"), lambda t: t.delete("p = '07'"))
+    touched = _run(_table(tmp_path, "string"), lambda t: t.delete("p = '07'"), "string")
     assert touched == {"p=07"}
     sql = "DELETE FROM db.t WHERE p = '07'"
     same = WriteDeclaration("db.t", get_profile("delta-rs"), Operation.DELETE, ({"p": "07"},))
@@ -267,7 +280,7 @@ def test_merge_on_text_for_an_int_partition_is_the_partitions_delta_rs_merges(tm
         (table.merge(source, predicate=f"{on} AND t.v = s.v", source_alias="s", target_alias="t")
          .when_matched_update(updates={"v": "s.w"}).execute())
 
-    engine = _run(uri, merge)
+    engine = _run(uri, merge, "int")
     assert not isinstance(engine, Exception) and engine
     derived = derive_write(
         f"MERGE INTO db.t t USING src s ON {on} AND t.v = s.v WHEN MATCHED THEN UPDATE SET v = s.w",

@@ -27,7 +27,7 @@ def test_conflicts_is_symmetric_and_follows_the_cells(name):
     for a in profile.operations:
         for b in profile.operations:
             expected = any(
-                c.later_fails or c.effect is Effect.DUPLICATES_ROWS
+                c.later_fails or c.effect.keeps_apart
                 for c in (profile.cell(a, b), profile.cell(b, a))
             )
             assert profile.conflicts(a, b) is expected is profile.conflicts(b, a)

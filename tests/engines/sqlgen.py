@@ -568,19 +568,29 @@ def _text_order(a: str, b: str) -> int | None:
     return (a > b) - (a < b)
 
 
+#: How partition keys spell the NULL partition (docs/derivation.md): the engines' own directory name.
+NULL_KEY = "__HIVE_DEFAULT_PARTITION__"
+
+
 def value_holds(constraint: Any, raw: str | None, spelled_type: str | None = None, nulls_below: bool = False) -> bool:
-    """Whether a derived spec's constraint (a canonical value or a range) holds the partition
-    value ``raw`` the engine recorded (``None``: a null partition, which no literal names).
-    ``spelled_type``: the column's type; a STRING column's values order as text (``'07' < '1'``),
-    whatever digits they hold. ``nulls_below``: the engine orders NULL below every value when it
-    finds files (Iceberg: ``p < 8`` rewrites the files of ``p = NULL``), and a range open below
-    holds the NULL partition, as docs/derivation.md reads such a key."""
+    """Whether a derived spec's constraint (a key value or a range) holds the partition value
+    ``raw`` the engine recorded (``None``: the NULL partition, which only the NULL key names).
+    ``spelled_type``: the column's type; a STRING column's values are their own text (the key
+    ``'2024-5-1'``, quoted, or the plain text) and order as text (``'07' < '1'``), whatever digits
+    or days they hold; other columns' values compare canonically. ``nulls_below``: the engine
+    orders NULL below every value when it finds files (Iceberg: ``p < 8`` rewrites the files of
+    ``p = NULL``); a range open below holds the NULL partition, as docs/derivation.md reads such
+    a key (on any engine: checked with ``nulls_below`` off, that reading is only wider)."""
     if raw is None:
-        return nulls_below and not isinstance(constraint, str) and constraint.lower is None
-    value = canonical_value("value", raw)
-    if isinstance(constraint, str):
-        return value == constraint
+        if isinstance(constraint, str):
+            return constraint == NULL_KEY
+        return nulls_below and constraint.lower is None
     textual = spelled_type is not None and spelled_type.lower() in ("string", "varchar", "char")
+    value = raw if textual else canonical_value("value", raw)
+    if isinstance(constraint, str):
+        if textual and len(constraint) >= 2 and constraint[0] == constraint[-1] == "'":
+            return constraint[1:-1] == raw
+        return value == constraint
     order_of = _text_order if textual else _order
     lower, upper = constraint.lower, constraint.upper
     if lower is not None:
@@ -824,10 +834,14 @@ class DeltaRs:
 TYPED_COLUMNS = ("p", "d", "b", "hh")
 TYPED_TYPES: Mapping[str, str] = {"p": "int", "d": "date", "b": "boolean", "hh": "string"}
 TypedPartition = tuple[int | None, str | None, bool | None, str | None]
-#: The partitions that hold rows; one with a NULL ``p``, and ``hh`` holding ``'07'``, ``'7'``, ``' 7'``.
+#: The partitions that hold rows; one with a NULL ``p``, one NULL in every other column, ``hh``
+#: holding ``'07'``, ``'7'``, ``' 7'``, a day spelled two ways (``'2024-5-1'``, ``'2024-05-01'``:
+#: two partitions of a STRING column) and a text that starts with a letter (for ``LIKE 'x%'``).
 TYPED_PARTITIONS: tuple[TypedPartition, ...] = (
     (7, "2024-01-01", True, "07"), (7, "2024-01-01", False, "7"), (8, "2024-05-01", True, " 7"),
     (10, "2024-05-01", False, "10"), (70, "2024-01-02", True, "07"), (None, "2024-01-01", True, "7"),
+    (9, None, None, None), (11, "2023-12-31", True, "2024-5-1"), (11, "2024-05-01", False, "2024-05-01"),
+    (12, "2025-01-01", True, "x7"),
 )
 TypedRow = tuple[int, int | None, str | None, bool | None, str | None, int]
 #: (id, p, d, b, hh, v): two rows per partition, ids 1.. in partition order, v = id % 5.
@@ -843,23 +857,40 @@ TYPED_LITERALS: Mapping[str, tuple[str, ...]] = {
     "d": ("'2024-01-01'", "'2024-1-1'", "'2024-05-01'", "'2024-5-1'", "'2024-01'", "'2024-05'", "'2024'",
           "DATE '2024-01-01'", "'2024-01-02'", "'2024-01-01 00:00:00'", "'2024-01-03'"),
     "b": ("true", "false", "1", "0", "'yes'", "'t'", "'f'", "'true'", "'no'", "'1'", "'on'"),
-    "hh": ("'07'", "'7'", "' 7'", "'10'", "7", "10", "'08'", "8", "07"),
+    "hh": ("'07'", "'7'", "' 7'", "'10'", "7", "10", "'08'", "8", "07", "'2024-5-1'", "'2024-05-01'", "'x7'",
+           "'xa'"),
 }
+#: Issue 33, item 4's shapes: NULL partitions, prefix LIKE, CAST / date functions of a partition
+#: column (``{q}``: the qualifier; ``{op}``, ``{day}``, ``{year}`` filled in). Functions delta-rs's
+#: SQL lacks (``year``, ``date``) are Spark's only.
+SHAPED_ATOMS: tuple[str, ...] = (
+    "{q}hh LIKE 'x%'", "{q}hh LIKE 'x7%'", "{q}hh LIKE 'x_'", "{q}hh LIKE '0%'", "{q}hh LIKE '2024-0%'",
+    "{q}hh LIKE '2024-5%'", "{q}hh NOT LIKE 'x%'", "CAST({q}hh AS STRING) LIKE 'x%'", "{q}hh LIKE 'X%'",
+    "CAST({q}d AS DATE) {op} {day}", "to_date({q}d) {op} {day}", "CAST({q}hh AS STRING) {op} '2024-05-01'",
+    "{q}d IS NULL", "{q}b IS NULL", "{q}hh IS NULL", "{q}p IS NULL", "NOT ({q}hh IS NOT NULL)",
+    "CAST({q}p AS STRING) = '7'",
+)
+SPARK_SHAPED_ATOMS: tuple[str, ...] = ("year({q}d) {op} {year}", "date({q}d) {op} {day}", "{year} {op} year({q}d)")
 
 
-def _typed_sql(value: object) -> str:
-    """A typed row's value as a Spark SQL literal of the column's type."""
+def _typed_sql(value: object, column: str) -> str:
+    """A typed row's value as a Spark SQL literal of the column's type (``d`` is the DATE; ``hh``
+    holds day-shaped text too, which stays text: Spark's VALUES does not mix DATE and STRING)."""
     if value is None:
         return "NULL"
     if isinstance(value, bool):
         return "TRUE" if value else "FALSE"
-    if isinstance(value, str) and len(value) == 10 and value[4] == "-":
+    if column == "d":
         return f"DATE '{value}'"
     return f"'{value}'" if isinstance(value, str) else str(value)
 
 
+_ROW_COLUMNS = ("id", *TYPED_COLUMNS, "v")
+
+
 def _typed_values(rows: Sequence[TypedRow]) -> str:
-    return ", ".join("(" + ", ".join(_typed_sql(v) for v in row) + ")" for row in rows)
+    return ", ".join("(" + ", ".join(_typed_sql(v, c) for v, c in zip(row, _ROW_COLUMNS, strict=True)) + ")"
+                     for row in rows)
 
 
 _TYPED_SOURCE = "AS src(id, p, d, b, hh, v)"
@@ -902,7 +933,7 @@ class TypedInsert:
         fixed = {c for c, _ in self.static}
         columns = [c for c in ("id", *TYPED_COLUMNS, "v") if c not in fixed]
         index = {c: i for i, c in enumerate(("id", *TYPED_COLUMNS, "v"))}
-        rows = ", ".join("(" + ", ".join(_typed_sql(row[index[c]]) for c in columns) + ")" for row in self.rows)
+        rows = ", ".join("(" + ", ".join(_typed_sql(row[index[c]], c) for c in columns) + ")" for row in self.rows)
         parts = ", ".join(f"{c} = {v}" for c, v in self.static)
         return f"{verb} {self.table} PARTITION ({parts}) SELECT * FROM VALUES {rows} AS src({', '.join(columns)})"
 
@@ -923,8 +954,20 @@ class TypedStatementGenerator(StatementGenerator):
             spellings = tuple(x for x in spellings if x.startswith("'2024-0") and len(x) == 12)  # days it parses
         return self.rng.choice(spellings)
 
+    def shaped(self, side: str = "{t}") -> Atom:
+        """One of issue 33's item 4 shapes (``SHAPED_ATOMS``)."""
+        rng = self.rng
+        shapes = SHAPED_ATOMS + (SPARK_SHAPED_ATOMS if self.dialect == "spark" else ())
+        text = rng.choice(shapes).format(
+            q=side, op=rng.choice(["=", "=", "<>", "<", "<=", ">", ">="]), day=self.literal("d"),
+            year=rng.choice(["2023", "2024", "2025"]),
+        )
+        return Atom(text)
+
     def atom(self, side: str = "{t}") -> Atom:
         rng, q = self.rng, side
+        if rng.random() < 0.15:
+            return self.shaped(side)
         column = rng.choice(TYPED_COLUMNS)
         c = f"{q}{column}"
         r = rng.random()
@@ -952,8 +995,10 @@ class TypedStatementGenerator(StatementGenerator):
         column = rng.choice(TYPED_COLUMNS)
         c = f"{side}{column}"
         r = rng.random()
-        if r < 0.55:
-            first: Pred = Atom(f"{c} = {self.literal(column)}")
+        if r < 0.15:
+            first: Pred = self.shaped(side)
+        elif r < 0.55:
+            first = Atom(f"{c} = {self.literal(column)}")
         elif r < 0.8:
             first = Atom(f"{c} IN ({', '.join(self.literal(column) for _ in range(rng.randint(1, 3)))})")
         else:

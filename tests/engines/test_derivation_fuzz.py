@@ -8,8 +8,10 @@ statement the fuzzer shrank it to. More statements: ``bench/fuzz_derivation.py``
 Every derivation is given the table's partition column types (``column_types=``, what
 ``TableFacts.partition_column_types`` holds); the typed tables (p INT, d DATE, b BOOLEAN, hh STRING
 holding digits, issue 33) spell each value every way the engines cast (``'07'``, ``' 7'``,
-``'2024-1-1'``, ``'yes'``, ``7`` on the STRING column, ...). Counts: ``$OCCFLOW_FUZZ_TYPED_COUNT``
-(Iceberg) and ``$OCCFLOW_FUZZ_TYPED_DELTA_COUNT``."""
+``'2024-1-1'``, ``'yes'``, ``7`` on the STRING column, ...), hold a NULL in every partition
+column and two spellings of one day in the STRING column, and use ``IS NULL``, ``LIKE`` and casts
+of partition columns (issue 33, items 4 and 5). Counts: ``$OCCFLOW_FUZZ_TYPED_COUNT`` (Iceberg)
+and ``$OCCFLOW_FUZZ_TYPED_DELTA_COUNT``."""
 
 from __future__ import annotations
 
@@ -118,6 +120,61 @@ def test_an_iceberg_range_open_below_rewrites_the_null_partition_and_the_footpri
     assert not outside(derived, touched, engine.columns, engine.column_types, nulls_below=True)
     if reaches_null:  # without the NULL reading the check fails: it can
         assert outside(derived, touched, engine.columns, engine.column_types, nulls_below=False)
+
+
+# Issue 33, item 4 on Spark + Iceberg: the statement, the partitions its commit touched (the
+# ``files`` table before and after), and the footprint derived: narrower than the whole table.
+_ICEBERG_NARROW = [
+    ("p IS NULL", {(None, "2024-01-01", "true", "7")}, {"p=__HIVE_DEFAULT_PARTITION__"}),
+    ("NOT (d IS NOT NULL) AND p = 9", {("9", None, None, None)}, {"d=__HIVE_DEFAULT_PARTITION__/p=9"}),
+    # The typed fuzzer's finding (seed 33): Spark rewrites b = false into NOT b, and Iceberg finds
+    # the NULL partition's files for it.
+    ("b = 0 AND p = 9", {("9", None, None, None)}, {"b=false/p=9", "b=__HIVE_DEFAULT_PARTITION__/p=9"}),
+    ("to_date(d) = '2024-5-1'", {("8", "2024-05-01", "true", " 7"), ("10", "2024-05-01", "false", "10"),
+                                 ("11", "2024-05-01", "false", "2024-05-01")}, {"d=2024-05-01"}),
+    ("CAST(d AS DATE) >= '2025-01-01'", {("12", "2025-01-01", "true", "x7")}, {"d>=2025-01-01"}),
+    ("date(d) < '2024-01-01'", {("11", "2023-12-31", "true", "2024-5-1")}, {"d<2024-01-01"}),
+    ("hh = '2024-5-1'", {("11", "2023-12-31", "true", "2024-5-1")}, {"hh='2024-5-1'"}),
+]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("where", "touched", "keys"), _ICEBERG_NARROW)
+def test_is_null_like_and_date_functions_derive_the_iceberg_partitions_not_the_whole_table(
+    iceberg_typed_fuzz: TypedIcebergOnSpark, where: str, touched: set, keys: set
+) -> None:
+    """``IS NULL``, a prefix ``LIKE``, a no-op ``CAST`` / ``to_date`` / ``date`` of a DATE column,
+    and a STRING column's own spelling of a day: a copy-on-write DELETE rewrites those
+    partitions' files (the ``files`` table), and the derivation names them, as ``keys``."""
+    engine = iceberg_typed_fuzz
+    statement = Delete(engine.tables[0], Atom(where))
+    found = engine.touched(statement)
+    # Exactly those, and for a range open below maybe the NULL partition (Iceberg's file finding).
+    assert touched <= found and all(None in p for p in found - touched), found
+    derived = derive_write(statement.sql(), list(engine.columns), engine.engine, column_types=engine.column_types)
+    assert derived.partition_keys() == keys, derived.why
+    assert not outside(derived, found, engine.columns, engine.column_types, nulls_below=True)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(("where", "regions", "keys"), [
+    ("region LIKE 'e%'", {"eu"}, {"region>=e/region<f"}),
+    ("CAST(region AS STRING) LIKE 'u%' AND ds = '2024-01-01'", {"us"}, {"ds=2024-01-01/region>=u/region<v"}),
+])
+def test_a_prefix_like_derives_the_iceberg_partitions_it_rewrites(
+    iceberg_fuzz: IcebergOnSpark, where: str, regions: set, keys: set
+) -> None:
+    """A prefix ``LIKE`` (Spark's ``StartsWith``, pushed to Iceberg) rewrites the files of the
+    partitions it selects. (On a table with a NULL partition of the column, Iceberg 1.x fails the
+    statement: ``ResidualEvaluator.startsWith`` throws a NullPointerException on the NULL value,
+    seen by the typed fuzzer; no commit, nothing to hold.)"""
+    statement = Delete(iceberg_fuzz.tables[0], Atom(where))
+    found = iceberg_fuzz.touched(statement)
+    assert found and {region for _, region in found} == regions, found
+    derived = derive_write(statement.sql(), list(PARTITION_COLUMNS), "spark-iceberg",
+                           column_types=iceberg_fuzz.column_types)
+    assert derived.partition_keys() == keys, derived.why
+    assert not outside(derived, found, nulls_below=True)
 
 
 @pytest.mark.slow

@@ -46,7 +46,7 @@ def test_every_matrix_cell_decides_admission_on_the_same_partition(store, profil
             # the matrix: either commit order makes the later one fail, or both commit and corrupt
             # the data (delta-rs: two compactions duplicate rows)
             cells = (profile.cell(first, second), profile.cell(second, first))
-            expected = not any(c.later_fails or c.effect is Effect.DUPLICATES_ROWS for c in cells)
+            expected = not any(c.later_fails or c.effect.keeps_apart for c in cells)
             assert same.granted is expected, (first.value, second.value)
             if not expected:
                 assert [b.ident for b in same.blockers] == [held.lease_id]
@@ -55,7 +55,7 @@ def test_every_matrix_cell_decides_admission_on_the_same_partition(store, profil
             # one of the two changes the table's metadata or protocol (one for every partition),
             # against the held lease or the second request (granted or waiting) on the first one.
             def across(a, b):
-                fails = any(c.later_fails or c.effect is Effect.DUPLICATES_ROWS
+                fails = any(c.later_fails or c.effect.keeps_apart
                             for c in (profile.cell(a, b), profile.cell(b, a)))
                 table_wide = {*profile.reads_whole_table, Operation.ALTER_METADATA, Operation.UPGRADE_PROTOCOL}
                 return fails and (a in table_wide or b in table_wide)

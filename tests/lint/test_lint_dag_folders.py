@@ -206,7 +206,7 @@ def test_dag_files_that_fail_to_import_exit_2_with_a_line_each_naming_file_and_e
     assert sorted(error_lines(done)) == [
         f"occflow {name}: cannot import {folder / 'merge_small_files.py'}: occflow.core.errors.UnknownOperationError: "
         "operation 'small_file_merge' is not in profile 'delta-rs'; it knows: insert_overwrite, "
-        "truncate, insert_into, update, delete, merge, optimize, alter_metadata",
+        "truncate, insert_into, update, delete, merge, optimize, alter_metadata, vacuum",
         f"occflow {name}: cannot import {folder / 'missing.py'}: ModuleNotFoundError: "
         "No module named 'occflow_no_such_module'",
     ]

@@ -14,6 +14,7 @@ import itertools
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -105,7 +106,7 @@ def test_gating_lets_an_insert_overwrite_run_beside_a_minor_compaction_and_commi
     assert exact.lost_work(inst, run) == []
 
 
-def _variant(workload: object, **fields: bool) -> object:
+def _variant(workload: object, **fields: Any) -> object:
     import dataclasses
 
     from occflow.sim.policies import MatrixAdmission, build_policy
@@ -159,8 +160,14 @@ def test_maintenance_not_last_takes_slots_in_arrival_order(exact: ModuleType) ->
     workload = inst.workload(0.1)
     starts = {}
     for last in (True, False):
-        run = simulate(workload, _variant(workload, maintenance_last=last))
+        run = simulate(workload, _variant(workload, maintenance_last=last, durations=None))
         assert exact.lost_work(inst, run) == []
         starts[last] = {a.job: a.start for a in run.attempts}
     assert starts[True][3] > max(starts[True][0], starts[True][2])  # the merge waited for both
     assert starts[False][3] < starts[False][2]  # the merge before the later insert
+    # Duration-aware (issue 38), maintenance last lets later data writes pass a compaction only
+    # while a running write blocks it: the merge, ready first and blocked by nothing, goes first.
+    run = simulate(workload, _variant(workload))
+    assert exact.lost_work(inst, run) == []
+    aware = {a.job: a.start for a in run.attempts}
+    assert aware[3] < aware[2]

@@ -156,11 +156,15 @@ def age_limit(job: Job) -> float:
 
 # merge-heavy seeds 1 and 6: first come first served would start a compaction there while a
 # MERGE on its partition that arrived after it still waits.
+@pytest.mark.parametrize("aware", [True, False], ids=["duration-aware", "duration-blind"])
 @pytest.mark.parametrize(("stem", "seed"), [("merge_heavy", 1), ("merge_heavy", 6), ("streaming_mix", 0)])
-def test_occflow_starts_a_compaction_ahead_of_a_waiting_data_write_only_past_its_age_limit(stem: str, seed: int) -> None:
+def test_occflow_starts_a_compaction_ahead_of_a_waiting_data_write_only_past_its_age_limit(
+        stem: str, seed: int, aware: bool) -> None:
     w = shipped(stem)
     # No admission latency: an attempt starts when it is admitted, so start times are admission times.
     policy = replace(build_policy("occflow", w), wait_start_delay=0.0)
+    if not aware:
+        policy = replace(policy, admission=MatrixAdmission(durations=None))
     run = simulate(w, policy, seed=seed)
     starts, jobs = first_starts(run), run.jobs
     profiles = {t.name: t.profile for t in w.tables}
@@ -171,7 +175,9 @@ def test_occflow_starts_a_compaction_ahead_of_a_waiting_data_write_only_past_its
         for c in compactions
         for d in jobs
         if not d.operation.is_compaction and overlap(c, d) and blocks(profiles[c.table], c.operation, d.operation)
-        and d.arrival < starts[c.index] < starts[d.index] and starts[c.index] - c.arrival < age_limit(c)
+        # Duration-aware (issue 38): only a data write that arrived before it; blind: any waiting one.
+        and (d.arrival < c.arrival if aware else d.arrival < starts[c.index])
+        and starts[c.index] < starts[d.index] and starts[c.index] - c.arrival < age_limit(c)
     ]
     assert jumped == []
 
@@ -183,27 +189,35 @@ def test_a_compaction_is_not_starved_past_its_age_limit_by_a_stream_of_data_writ
     compact = {"name": "compact", "table": "t", "operation": "optimize", "partitions": ["p000"], "duration": 100,
                "arrival": 10}
     w = small([*merges, compact], slots=2)
-    starts = {run_job.name: s for run_job, s in ((w.jobs(0)[j], s) for j, s in first_starts(simulate(w, "occflow")).items())}
+    blind = replace(build_policy("occflow", w), admission=MatrixAdmission(durations=None))
+    starts = {run_job.name: s for run_job, s in ((w.jobs(0)[j], s) for j, s in first_starts(simulate(w, blind)).items())}
     # Past 2 x 100 s it goes first: it waits at most for the MERGE running then (60 s).
     assert 10 + 200 <= starts["compact"] <= 10 + 200 + 60
-    no_limit = replace(build_policy("occflow", w), admission=MatrixAdmission(maintenance_age=None))
+    # Duration-aware, it arrived before the MERGE that waits when the first one ends: it goes then.
+    aware = first_starts(simulate(w, "occflow"))
+    assert aware[len(merges)] == 60
+    no_limit = replace(build_policy("occflow", w), admission=MatrixAdmission(maintenance_age=None, durations=None))
     late = simulate(w, no_limit)
     assert first_starts(late)[len(merges)] > 200 * 50 - 100  # without the limit: after the stream
 
 
-def test_a_waiting_compaction_lets_a_later_data_write_go_first() -> None:
+def test_a_waiting_compaction_lets_a_later_data_write_go_first_only_while_a_running_one_blocks_it() -> None:
     w = small([
         {"name": "m0", "table": "t", "operation": "merge", "partitions": ["p000"], "duration": 100},
         {"name": "compact", "table": "t", "operation": "optimize", "partitions": ["p000"], "duration": 50,
          "arrival": 10},
         {"name": "m1", "table": "t", "operation": "merge", "partitions": ["p000"], "duration": 100, "arrival": 20},
     ])
-    run = simulate(w, "occflow")
+    run = simulate(w, replace(build_policy("occflow", w), admission=MatrixAdmission(durations=None)))
     starts = {run.jobs[j].name: s for j, s in first_starts(run).items()}
     assert starts == {"m0": 0, "compact": 200, "m1": 100}
     # A partition lock serves them in arrival order: the compaction goes first and m1 waits for it.
     lock = simulate(w, "partition-lock")
     assert {lock.jobs[j].name: s for j, s in first_starts(lock).items()} == {"m0": 0, "compact": 100, "m1": 150}
+    # Duration-aware (issue 38): the compaction arrived first and nothing running excludes it when
+    # m0 ends, so it goes then, as under the lock; a later data write passes it only while m0 runs.
+    aware = simulate(w, "occflow")
+    assert {aware.jobs[j].name: s for j, s in first_starts(aware).items()} == {"m0": 0, "compact": 100, "m1": 150}
 
 
 @pytest.mark.parametrize("path", WORKLOADS, ids=lambda p: p.stem)

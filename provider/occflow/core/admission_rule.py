@@ -16,6 +16,14 @@ read from the profile's matrix cells in both commit orders (``Profile.commit_is_
 ``Ruling`` (granted, the leases its commit awaits, the leases whose commits it holds, or what
 blocks it), and refuses a hold that would close a cycle of commits waiting for each other.
 
+Given ``Durations`` and an estimate per write (seconds: the lease history's past durations of
+the same task, Airflow's task durations, a default when unknown), the rule also knows how long
+things take (issue 38): it refuses a gate that would hold a commit for more than ``k`` times
+its writer's own length (the writer waits outside its slot instead), a request ahead only by its
+head start (it arrived later) does not keep out a newcomer no running write blocks, and of two
+requests that arrived together the shorter goes first. The estimates are inputs, so every
+caller that passes the same ones gets the same ruling.
+
 The lease store, the simulator and ``occflow explain --against`` all ask this module: a second
 copy of the rule is a disagreement waiting to happen (``explain --against`` once kept the rule
 from before the commit gates).
@@ -133,23 +141,73 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class Durations:
+    """The duration-aware choices of the rule, as one small policy (issue 38).
+
+    - ``gate_factor`` (k): a gate may hold a writer's commit at most k times the writer's own
+      estimated length; a longer hold keeps the newcomer out instead (it would sit in a worker
+      slot doing nothing for longer than it works).
+    - ``same_arrival``: requests that arrived within this many seconds of each other arrived
+      together, and the shorter goes first (shortest first lowers every waiter's wait).
+    - ``default_seconds``: the estimate of a write nothing is known about.
+    """
+
+    gate_factor: float = 1.0
+    same_arrival: float = 1.0
+    default_seconds: float = 60.0
+
+    def __post_init__(self) -> None:
+        for name in ("gate_factor", "same_arrival", "default_seconds"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+                raise ValueError(f"Durations.{name} must be a finite number of seconds >= 0, not {value!r}")
+
+    def seconds(self, estimate: float | None) -> float:
+        """The estimate to use: ``estimate``, or the default when nothing is known."""
+        return self.default_seconds if estimate is None else estimate
+
+    def holds_too_long(self, held: float, own: float) -> bool:
+        """Whether holding a commit ``held`` seconds at its gate is more than k times ``own``."""
+        return held > self.gate_factor * own
+
+    def goes_first(self, arrival: float, estimate: float | None, other_arrival: float,
+                   other_estimate: float | None) -> bool:
+        """Whether a request that arrived at ``arrival`` goes ahead of one that arrived at
+        ``other_arrival``, having arrived together and being estimated shorter."""
+        return abs(arrival - other_arrival) <= self.same_arrival and \
+            self.seconds(estimate) < self.seconds(other_estimate)
+
+    def describe(self) -> str:
+        return (f"a gate holds a commit at most {self.gate_factor:g}x its writer's length; requests within "
+                f"{self.same_arrival:g} s of each other go shortest first; unknown writes take "
+                f"{self.default_seconds:g} s")
+
+
+@dataclass(frozen=True)
 class Running(Generic[K]):
     """A live lease: its id, its claim, whether its writer holds its commit at the gate, and
-    whether it has reached the gate already (then nobody may hold it back further)."""
+    whether it has reached the gate already (then nobody may hold it back further).
+    ``remaining``/``length``: its estimated seconds to its commit and its whole estimated
+    length (None: unknown; read only with ``Durations``)."""
 
     key: K
     claim: Claim
     commit_gate: bool = False
     at_gate: bool = False
+    remaining: float | None = None
+    length: float | None = None
 
 
 @dataclass(frozen=True)
 class Waiting(Generic[K]):
-    """A request waiting ahead of the newcomer in the table's queue."""
+    """A request waiting ahead of the newcomer in the table's queue; ``arrival`` (when it first
+    asked) and ``estimate`` (its seconds) are read only with ``Durations``."""
 
     key: K
     claim: Claim
     commit_gate: bool = False
+    arrival: float | None = None
+    estimate: float | None = None
 
 
 @dataclass(frozen=True)
@@ -204,6 +262,10 @@ def rule(
     gates: Mapping[K, Collection[K]] | None = None,
     commit_ahead: bool = True,
     waited_for: Callable[[K], bool] | None = None,
+    durations: Durations | None = None,
+    estimate: float | None = None,
+    arrival: float | None = None,
+    slot_wanted: bool = True,
 ) -> Ruling[K]:
     """The ruling on ``newcomer`` against the ``running`` writes and the requests waiting
     ``ahead`` of it; ``commit_gate``: the newcomer holds its commit at its gate (else it is
@@ -223,6 +285,16 @@ def rule(
     ``waited_for``: for a caller that indexes its queue rather than listing it (the simulator),
     whether some request ahead waits for that lease in both commit orders; ``ahead`` then need
     only list the requests that may block the newcomer.
+
+    ``durations`` (None: duration-blind), with the newcomer's ``estimate`` and ``arrival``:
+    an ``AFTER`` whose wait at the gate (the running write's remaining time less the newcomer's
+    own) is more than k times the newcomer's length blocks; so does a ``BEFORE`` whose hold on
+    the running write (the newcomer's length less that write's remaining time) is more than k
+    times that write's length. Unknown remaining times hold nothing back; nor does a hold while
+    no other write wants a worker slot (``slot_wanted`` False: a slot nobody waits for costs
+    nothing to hold; a caller that cannot tell passes True). A request ahead that
+    arrived after the newcomer (ahead only by its head start) does not block a newcomer that no
+    running write blocks, nor does one that arrived together with it and is estimated longer.
     """
     waiting_ahead = list(ahead)
     # Requests ahead that wait for a lease whatever the order: a newcomer must not hold that lease.
@@ -240,20 +312,49 @@ def rule(
         pairing = newcomer.pairing(lease.claim)
         if pairing is Pairing.TOGETHER:
             continue
-        if commit_gate and pairing is Pairing.AFTER:
+        too_long = None if durations is None or not slot_wanted else _gate_too_long(durations, pairing, estimate, lease)
+        if too_long is not None and commit_gate:
+            blocked.append(Blocked(lease.key, False, too_long))
+        elif commit_gate and pairing is Pairing.AFTER:
             awaits.append(lease.key)
         elif commit_gate and pairing is Pairing.BEFORE and commit_ahead and lease.commit_gate and not lease.at_gate \
                 and not waited(lease):
             holds.append(lease.key)
         else:
             blocked.append(Blocked(lease.key, False, _why_lease(pairing, commit_gate, commit_ahead, lease)))
+    free_of_running = not blocked
     for request in waiting_ahead:
+        if durations is not None and arrival is not None and request.arrival is not None and (
+                (free_of_running and request.arrival > arrival)
+                or durations.goes_first(arrival, estimate, request.arrival, request.estimate)):
+            continue  # ahead only by its head start, or longer and arrived together: the newcomer goes
         pairing = newcomer.pairing(request.claim)
         orderable = pairing is Pairing.AFTER or (request.commit_gate and pairing is Pairing.BEFORE)
         if pairing is not Pairing.TOGETHER and not (commit_gate and orderable):
             blocked.append(Blocked(request.key, True, f"waiting ahead, {_said(pairing, commit_gate)}"))
     ruling = Ruling(tuple(blocked), tuple(awaits), tuple(holds))
     return ruling if gates is None else without_cycles(ruling, gates)
+
+
+def _gate_too_long(durations: Durations, pairing: Pairing, estimate: float | None, lease: Running[K]) -> str | None:
+    """Why a gate between the newcomer and ``lease`` would hold a commit too long, or None."""
+    if lease.remaining is None or pairing not in (Pairing.AFTER, Pairing.BEFORE):
+        return None
+    own = durations.seconds(estimate)
+    if pairing is Pairing.AFTER:
+        held = lease.remaining - own
+        if durations.holds_too_long(held, own):
+            return (f"its commit would wait about {held:.3g} s at its gate for this write, more than "
+                    f"{durations.gate_factor:g}x its own {own:.3g} s")
+        return None
+    if lease.at_gate or not lease.commit_gate:
+        return None  # not held by the newcomer whatever its length (``_why_lease`` says why)
+    length = durations.seconds(lease.length)
+    held = own - lease.remaining
+    if durations.holds_too_long(held, length):
+        return (f"it would hold this write's commit about {held:.3g} s, more than "
+                f"{durations.gate_factor:g}x that write's {length:.3g} s")
+    return None
 
 
 def _said(pairing: Pairing, commit_gate: bool) -> str:
@@ -306,6 +407,7 @@ def without_cycles(ruling: Ruling[K], gates: Mapping[K, Collection[K]]) -> Rulin
 __all__ = [
     "Blocked",
     "Claim",
+    "Durations",
     "Pairing",
     "Ruling",
     "Running",

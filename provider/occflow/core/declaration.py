@@ -7,6 +7,7 @@ so a bad declaration is caught once, at DAG parse time, with one message.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from .identifiers import canonical_location, canonical_table, shown, table_parts
 from .operations import Operation
 from .partvalues import typed_partition_spec
 from .profiles import Cell, Profile, get_profile
-from .ranges import canonical_spec_value, key_value_parts
+from .ranges import StringValue, canonical_spec_value, key_value_parts, string_key
 from .tablefacts import TableFacts
 
 _PARTITION_COLUMN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -195,9 +196,21 @@ class WriteDeclaration:
         )
 
     def partition_keys(self) -> frozenset[str] | None:
+        """The lease keys of the declared partitions. A text value whose canonical form differs
+        from its spelling (``"2024-5-1"``) names both when the column's type is unknown: on a DATE
+        column it is the canonical day, on a STRING column its own text (issue 33)."""
         if not self.partitions:
             return None
-        return frozenset(partition_key(p) for p in self.partitions)
+        keys: set[str] = set()
+        for spec in self.partitions:
+            choices = [
+                [(c, v)]
+                if not isinstance(v, str) or isinstance(v, StringValue) or string_key(v) == canonical_spec_value(c, v)
+                else [(c, v), (c, StringValue(v))]
+                for c, v in spec.items()
+            ]
+            keys.update(partition_key(dict(combo)) for combo in itertools.product(*choices))
+        return frozenset(keys)
 
     def with_typed_partitions(self, column_types: Mapping[str, str], engine: str | None) -> WriteDeclaration:
         """The declaration with each partition value as ``engine`` writes it for the column's type

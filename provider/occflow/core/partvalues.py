@@ -27,6 +27,7 @@ from enum import Enum
 from types import MappingProxyType
 
 from .errors import InvalidDeclarationError
+from .ranges import StringValue
 
 
 class ColumnType(Enum):
@@ -426,7 +427,9 @@ def typed_partition_spec(
     """A declared partition spec with each value of a typed column as the engine writes it
     (``{"p": "07"}`` on an INT column is ``{"p": "7"}``); columns of unknown type, and ranges,
     are kept as given. A value the engine refuses, or one that names no single partition, is an
-    error naming the column, the value and the type."""
+    error naming the column, the value and the type. On a STRING column a value is its own
+    spelling (``core.ranges.StringValue``): ``"2024-5-1"`` is the partition delta-rs writes as
+    ``2024-5-1``, not the day ``2024-05-01`` another row's text may hold."""
     typing = ColumnTyping.of(column_types, engine)
     out: dict[str, object] = {}
     for column, value in spec.items():
@@ -437,7 +440,7 @@ def typed_partition_spec(
             continue
         typed = partition_value(literal, kind, typing.rules)
         if isinstance(typed, Named) and len(typed.keys) == 1:
-            out[column] = typed.keys[0]
+            out[column] = StringValue(typed.keys[0]) if kind is ColumnType.STRING else typed.keys[0]
             continue
         why = (
             typed.why if isinstance(typed, (Anywhere, Refused))

@@ -12,6 +12,20 @@ Values compare as numbers when both sides are numbers (``9 < 10``), as days when
 so a bound and a value spelled differently meet), otherwise as text. A number and a text do not
 compare: whatever needs an answer for them takes the careful one (they may overlap; one does
 not hold the other).
+
+Two spellings stand for what a canonical value cannot (issue 33):
+
+- ``NULL_PARTITION`` (``__HIVE_DEFAULT_PARTITION__``, the directory name Spark, Hive and delta-rs
+  give a NULL partition value) is the NULL partition. No literal names it (the SQL reader reads
+  a literal spelled so as any partition). A range open below holds it: Iceberg orders NULL below
+  every value when it finds the files of ``p < 8``, ``NOT (p = 3)`` or ``p NOT BETWEEN 3 AND 4``
+  (measured, ``tests/engines/test_derivation_fuzz.py``). A range with a lower bound never holds
+  it. The derivation makes the key only for engines that keep the NULL partition apart
+  (``core.sqlderive.NARROW_SHAPES``; not delta-rs, whose conflict checker does not).
+- A value quoted in single quotes (``ds='2024-5-1'``) is a STRING column's text as written
+  (``string_key``): on a STRING column ``2024-5-1`` and ``2024-05-01`` are two partitions, while
+  ``canonical_value`` would spell both ``2024-05-01``. It compares with other values as text, the
+  order of a STRING column.
 """
 
 from __future__ import annotations
@@ -30,10 +44,47 @@ _NUMBER_RE = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)")
 _PART_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(>=|<=|=|>|<)(.*)", re.DOTALL)
 _LOWER_OPS = {">=": True, ">": False}
 _UPPER_OPS = {"<=": True, "<": False}
+#: The key value of a NULL partition (see the module docstring).
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
+
+
+class StringValue(str):
+    """A value of a STRING partition column as the engine holds it: its partition key keeps the
+    spelling (``string_key``) instead of canonicalising it as a day or a number. It is the text
+    itself, so an engine's predicate or a report reads it as the plain string."""
+
+    __slots__ = ()
+
+
+def string_key(text: str) -> str:
+    """The key value of a STRING column's ``text``: ``text`` itself when ``canonical_value``
+    keeps it, else ``text`` in single quotes (``'2024-5-1'``, ``'1.0'``, ``' 7'``, ``'2024-02-30'``);
+    a text that starts with a quote is quoted too, so no quoted key is ambiguous, and so is the
+    text ``NULL_PARTITION``, which as a key would be the NULL partition."""
+    try:
+        kept = canonical_value("value", text) == text
+    except InvalidFootprintError:
+        kept = False
+    if kept and not text.startswith("'") and text != NULL_PARTITION:
+        return text
+    return canonical_value("value", f"'{text}'")  # '/' and control characters are still refused
+
+
+def quoted_text(key: str) -> str | None:
+    """The text a quoted key value (``string_key``) stands for, else ``None``."""
+    return key[1:-1] if len(key) >= 2 and key[0] == "'" and key[-1] == "'" else None
 
 
 def compare(a: str, b: str) -> int | None:
     """-1, 0 or 1 as ``a`` is below, equal to or above ``b``; ``None`` for a number and a text."""
+    a_text, b_text = quoted_text(a), quoted_text(b)
+    if a_text is not None or b_text is not None:
+        # A STRING column's text as written orders as text; beside a number-shaped value it
+        # may be a number column's (the type unknown): no order.
+        if (a_text is None and _NUMBER_RE.fullmatch(a)) or (b_text is None and _NUMBER_RE.fullmatch(b)):
+            return None
+        left, right = a if a_text is None else a_text, b if b_text is None else b_text
+        return (left > right) - (left < right)
     a_number, b_number = _NUMBER_RE.fullmatch(a), _NUMBER_RE.fullmatch(b)
     if a_number and b_number:
         x, y = decimal.Decimal(a), decimal.Decimal(b)
@@ -81,6 +132,8 @@ class ValueRange:
     def contains(self, value: Any) -> bool:
         """Whether ``value`` may lie in the range (a value that does not compare with a bound may)."""
         text = canonical_value("value", value)
+        if text == NULL_PARTITION:
+            return self.lower is None  # NULL orders below every value (module docstring)
         if self.lower is not None:
             low = compare(text, self.lower)
             if low is not None and (low < 0 or (low == 0 and not self.lower_inclusive)):
@@ -174,6 +227,8 @@ def canonical_spec_value(column: str, value: Any) -> str | ValueRange:
         if value.lower is not None and value.lower == value.upper and value.lower_inclusive and value.upper_inclusive:
             return str(value.lower)
         return value
+    if isinstance(value, StringValue):
+        return string_key(value)
     return canonical_value(column, value)
 
 
@@ -194,6 +249,8 @@ def value_within(a: object, b: object) -> bool:
         if isinstance(a, ValueRange):
             return a.within(b)
         text = canonical_value("value", a)
+        if text == NULL_PARTITION:
+            return b.lower is None
         return ValueRange(text, True, text, True).within(b)
     return not isinstance(a, ValueRange) and a == b
 

@@ -253,6 +253,11 @@ class ReferenceTable:
         if op is Operation.UPGRADE_PROTOCOL:  # depends on every file; its rewrite changes no row
             every = frozenset(f for p in self._partitions for f in snap.live_files(p))
             return Footprint(op, None, frozenset(), every, data_change=False, metadata_change=True, protocol_change=True), Change()
+        if op.is_maintenance:
+            # Table maintenance commits no data file: VACUUM / expire_snapshots delete what no
+            # version references. It depends on the whole table (the engines give it no read
+            # predicate) and changes no row.
+            return Footprint(op, None, frozenset(), data_change=False), Change()
         if op is Operation.INSERT_INTO:
             appended = frozenset(self._new_file(p, txn_id) for p in written)
             rows_in = {p: {f"{txn_id}-{p}-{i}": 0 for i in range(self._rows_per_insert)} for p in written}

@@ -18,6 +18,28 @@ On a column of unknown type a quoted string names every value it may on any type
 known INT, DECIMAL or DATE column, or else a number, a date (``DATE '2024-01-01'``,
 ``'2024-01-01'``) or a text that starts with a letter; ``ds > '2024-1-5'`` or ``n < '10'``
 compare differently on a date, a number and a text column, so they constrain nothing.
+
+Narrower where it is safe (issue 33, item 4):
+
+- ``p IS NULL`` is the NULL partition (``core.ranges.NULL_PARTITION``); a range open below holds
+  it too, as Iceberg finds files (``core.ranges``). ``IS NOT NULL`` pins nothing.
+- ``c LIKE 'eu%'`` on a STRING column is the range ``eu <= c < ev`` when the pattern is literal text and ``%``
+  (Spark rewrites it into ``StartsWith``, pushed to the table) and its prefix (up to the first
+  ``%``) starts with a letter: every text that starts with it lies in the range, in the text
+  order a STRING column has, and ``core.ranges.compare`` orders a bound that starts with a letter
+  as text against any value (a digit prefix would order as a number: ``'1%'`` holds ``'10'``,
+  which ``10 < 2`` leaves out). ``NOT LIKE``, ``ILIKE``, ``ESCAPE``, ``_`` pin nothing.
+- On a DATE column, ``CAST(d AS DATE)``, ``TRY_CAST(d AS DATE)``, ``date(d)`` and ``to_date(d)``
+  (no format) are ``d`` (Spark removes the cast and pushes the comparison); ``CAST(c AS STRING)``
+  on a STRING column is ``c``. Any other function of a partition column (``year(d)``: Spark
+  cannot push it, so Iceberg's conflict filter is the whole table) pins nothing.
+
+These three shapes confine a column only where ``ColumnScope.narrow_shapes`` says the engine
+keeps them apart (``core.sqlderive.NARROW_SHAPES``); elsewhere they pin nothing.
+
+On a STRING column a literal is its own spelling (``core.ranges.string_key``: ``'2024-5-1'`` is
+not the partition ``2024-05-01``); on a column of unknown type a quoted string names that
+spelling too, beside what it means on every other type.
 """
 
 from __future__ import annotations
@@ -44,7 +66,7 @@ from .partvalues import (
     partition_value,
     untyped_text_value,
 )
-from .ranges import ValueRange, canonical_spec_value
+from .ranges import NULL_PARTITION, ValueRange, canonical_spec_value, string_key
 
 #: A conjunction: a column -> one value or a range; ``{}`` holds for every partition.
 Spec = dict[str, "str | ValueRange"]
@@ -52,6 +74,7 @@ Spec = dict[str, "str | ValueRange"]
 MAX_SPECS = 256
 
 _ISO_DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_STRING_TYPES = {exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR}
 _NOT_ORDERED = {"infinity", "inf", "nan"}  # texts a numeric column would read as numbers
 _FLIP: dict[type[exp.Expr], type[exp.Expr]] = {exp.GT: exp.LT, exp.GTE: exp.LTE, exp.LT: exp.GT, exp.LTE: exp.GTE, exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
 _NEGATE: dict[type[exp.Expr], type[exp.Expr]] = {exp.GT: exp.LTE, exp.GTE: exp.LT, exp.LT: exp.GTE, exp.LTE: exp.GT, exp.EQ: exp.NEQ, exp.NEQ: exp.EQ}
@@ -99,6 +122,10 @@ class ColumnScope:
     bare: bool
     notes: list[str] = field(default_factory=list)
     typing: ColumnTyping = UNTYPED
+    #: Whether ``IS NULL``, a prefix ``LIKE`` and a cast that leaves a partition column as it is
+    #: confine the column: only where the engine keeps such writes apart from writes of other
+    #: values, in the files it finds and in its conflict check (``core.sqlderive.NARROW_SHAPES``).
+    narrow_shapes: bool = False
 
     def column(self, node: exp.Expr) -> str | None:
         if not isinstance(node, exp.Column) or not isinstance(node.this, exp.Identifier):
@@ -138,7 +165,81 @@ def read_condition(node: exp.Expr, scope: ColumnScope, negated: bool = False) ->
         return _in(node, scope, negated)
     if isinstance(node, exp.Between):
         return _between(node, scope, negated)
+    if isinstance(node, exp.Is):
+        return _is_null(node, scope, negated)
+    if isinstance(node, exp.Like):
+        return _like(node, scope, negated)
     return scope.unread(node, "not a comparison of a partition column with a literal")
+
+
+def _is_null(node: exp.Is, scope: ColumnScope, negated: bool) -> list[Spec]:
+    column = scope.column(node.this)
+    if column is None or not isinstance(node.expression, exp.Null):
+        return scope.unread(node, "not a partition column IS NULL")
+    if not scope.narrow_shapes:
+        return scope.unread(node, "the engine's conflict check does not keep the NULL partition apart from other values")
+    if negated:
+        return [{}]  # IS NOT NULL: every partition but the NULL one, which no key excludes
+    return [{column: NULL_PARTITION}]
+
+
+def _like(node: exp.Like, scope: ColumnScope, negated: bool) -> list[Spec]:
+    column = scope.column(node.this) or _text_of_column(node.this, scope)
+    pattern = node.expression
+    if column is None or not isinstance(pattern, exp.Literal) or not pattern.is_string:
+        return scope.unread(node, "not a partition column LIKE a quoted pattern")
+    if not scope.narrow_shapes:
+        return scope.unread(node, "the engine's conflict check reads LIKE as matching a file of any value")
+    if scope.typing.type_of(column) is not ColumnType.STRING:
+        # On another type (or an unknown one) Spark casts the column to text first, and a
+        # function of the column is pushed to no table's conflict filter.
+        return scope.unread(node, "LIKE of a column not known to be a STRING")
+    if negated or node.args.get("negate"):
+        return scope.unread(node, "NOT LIKE holds for texts of any prefix")
+    if re.search(r"[_\\]", pattern.name):
+        # Spark rewrites only a pattern of literal text and '%' into StartsWith, which it pushes
+        # to Iceberg's scan and conflict filter; with '_' the filter is the whole table.
+        return scope.unread(node, f"the pattern {pattern.name!r} holds '_' or an escape: Spark does not push it to the table")
+    prefix = pattern.name.split("%", 1)[0]
+    if not prefix[:1].isalpha():
+        return scope.unread(node, f"the pattern {pattern.name!r} does not start with a letter, so its range "
+                                  "would not order as text against every value")
+    try:
+        return [{column: _prefix_range(prefix)}]
+    except InvalidFootprintError:
+        return scope.unread(node, f"no partition key spells the prefix {prefix!r}")
+
+
+def _prefix_range(prefix: str) -> ValueRange:
+    """Every text that starts with ``prefix``: from ``prefix`` to the next text of its length."""
+    last = ord(prefix[-1])
+    if last >= 0x10FFFF:
+        return ValueRange(prefix, True)
+    return ValueRange(prefix, True, prefix[:-1] + chr(last + 1), False)
+
+
+def _text_of_column(node: exp.Expr, scope: ColumnScope) -> str | None:
+    """``CAST(c AS STRING)`` of a STRING partition column: the column itself."""
+    if scope.narrow_shapes and isinstance(node, (exp.Cast, exp.TryCast)) and node.to.this in _STRING_TYPES:
+        column = scope.column(node.this)
+        if column is not None and scope.typing.type_of(column) is ColumnType.STRING:
+            return column
+    return None
+
+
+def _day_of_column(node: exp.Expr, scope: ColumnScope) -> str | None:
+    """A DATE partition column behind ``CAST(d AS DATE)``, ``date(d)``, ``to_date(d)``, nested
+    or not (``to_date(CAST(d AS DATE))``): ``d``."""
+    inner, peeled = node, False
+    while scope.narrow_shapes:
+        to_date = isinstance(inner, (exp.Cast, exp.TryCast)) and inner.to.this is exp.DataType.Type.DATE
+        if not to_date and not (isinstance(inner, exp.TsOrDsToDate) and inner.args.get("format") is None):
+            break
+        inner, peeled = inner.this, True
+    if not peeled:
+        return None
+    column = scope.column(inner)
+    return column if column is not None and scope.typing.type_of(column) is ColumnType.DATE else None
 
 
 def both(a: Sequence[Spec], b: Sequence[Spec]) -> list[Spec]:
@@ -193,9 +294,9 @@ def _meet(a: str | ValueRange, b: str | ValueRange) -> str | ValueRange | None:
 
 def _comparison(node: exp.Expr, scope: ColumnScope, negated: bool) -> list[Spec]:
     kind: type[exp.Expr] = type(node)
-    column, other = scope.column(node.this), node.expression
+    column, other = _column_or_same(node.this, scope), node.expression
     if column is None:
-        column, other, kind = scope.column(node.expression), node.this, _FLIP[kind]
+        column, other, kind = _column_or_same(node.expression, scope), node.this, _FLIP[kind]
     if column is None:
         return scope.unread(node, "compares no partition column of the target with a literal")
     literal = read_literal(column, other, scope.typing)
@@ -206,7 +307,7 @@ def _comparison(node: exp.Expr, scope: ColumnScope, negated: bool) -> list[Spec]
     if negated:
         kind = _NEGATE[kind]
     if kind is exp.EQ:
-        return [{column: value} for value in literal.values]
+        return _with_false_nulls([{column: value} for value in literal.values], column, scope)
     value = literal.value
     if value is None or not literal.ordered:
         return scope.unread(node, f"{other.sql(dialect='spark')} orders differently on a date, a number and a text column")
@@ -221,6 +322,22 @@ def _comparison(node: exp.Expr, scope: ColumnScope, negated: bool) -> list[Spec]
     return [{column: make[kind]()}]
 
 
+def _with_false_nulls(specs: list[Spec], column: str, scope: ColumnScope) -> list[Spec]:
+    """``b = false`` on a BOOLEAN column also reaches its NULL partition where NULL partitions
+    are keyed (Spark + Iceberg): Spark rewrites it into ``NOT b``, and Iceberg finds the NULL
+    partition's files for a ``NOT`` (the typed fuzzer, seed 33: ``DELETE ... WHERE b = 0``
+    rewrote the files of ``b = NULL``), as it does for ``<>``."""
+    if scope.narrow_shapes and scope.typing.type_of(column) is ColumnType.BOOLEAN and {column: "false"} in specs:
+        return [*specs, {column: NULL_PARTITION}]
+    return specs
+
+
+def _column_or_same(node: exp.Expr, scope: ColumnScope) -> str | None:
+    """The partition column ``node`` is, or stands for unchanged (``CAST(d AS DATE)`` of a DATE
+    column, ``CAST(c AS STRING)`` of a STRING one)."""
+    return scope.column(node) or _day_of_column(node, scope) or _text_of_column(node, scope)
+
+
 def _not_a_value(literal: Literal | None) -> str:
     if literal is not None and literal.anywhere:
         return literal.anywhere
@@ -228,7 +345,7 @@ def _not_a_value(literal: Literal | None) -> str:
 
 
 def _in(node: exp.In, scope: ColumnScope, negated: bool) -> list[Spec]:
-    column = scope.column(node.this)
+    column = _column_or_same(node.this, scope)
     if column is None or node.args.get("query") is not None or node.args.get("unnest") is not None:
         return scope.unread(node, "not a partition column IN a list of literals")
     literals = [read_literal(column, e, scope.typing) for e in node.expressions]
@@ -241,7 +358,7 @@ def _in(node: exp.In, scope: ColumnScope, negated: bool) -> list[Spec]:
         out: list[Spec] = []
         for lit in named:
             out.extend({column: v} for v in lit.values if {column: v} not in out)
-        return out
+        return _with_false_nulls(out, column, scope)
     if len(named) != len(literals):
         return []  # NOT IN a list holding NULL is never true
     out = [{}]
@@ -258,7 +375,7 @@ def _in(node: exp.In, scope: ColumnScope, negated: bool) -> list[Spec]:
 
 
 def _between(node: exp.Between, scope: ColumnScope, negated: bool) -> list[Spec]:
-    column = scope.column(node.this)
+    column = _column_or_same(node.this, scope)
     if column is None:
         return scope.unread(node, "not a partition column BETWEEN two literals")
     low = read_literal(column, node.args["low"], scope.typing)
@@ -310,8 +427,10 @@ def read_literal(column: str, node: exp.Expr, typing: ColumnTyping = UNTYPED, *,
     if isinstance(typed, Anywhere):
         return Literal((), False, typed.why)
     assert isinstance(typed, Named)
+    if written.kind is LiteralKind.STRING and written.text.strip() == NULL_PARTITION:
+        return Literal((), False, f"{NULL_PARTITION!r} is how partition keys spell NULL, not a value occflow can key")
     try:
-        values = tuple(dict.fromkeys(canonical_value(column, key) for key in typed.keys))
+        values = _keys(column, kind, written, typed.keys)
     except InvalidFootprintError:
         return Literal((), False, "no partition value is spelled so ('/' or a control character, or a time of day)")
     if written.kind is LiteralKind.STRING and kind in (None, ColumnType.STRING):
@@ -320,6 +439,18 @@ def read_literal(column: str, node: exp.Expr, typing: ColumnTyping = UNTYPED, *,
     exact = written.kind is not LiteralKind.STRING or kind in (None, ColumnType.STRING) or as_text \
         or CastRules.SPARK not in typing.rules
     return Literal(values, ordered and len(values) == 1, in_list_exact=exact)
+
+
+def _keys(column: str, kind: ColumnType | None, written: SqlLiteral, keys: tuple[str, ...]) -> tuple[str, ...]:
+    """The partition key values of ``keys``: a STRING column's text as written
+    (``core.ranges.string_key``); on a column of unknown type a quoted string's own spelling
+    besides what it means on the other types; canonical values otherwise."""
+    if kind is ColumnType.STRING:
+        return tuple(dict.fromkeys(string_key(key) for key in keys))
+    if kind is None and written.kind is LiteralKind.STRING:
+        others = (canonical_value(column, key) for key in keys if key != written.text)
+        return tuple(dict.fromkeys((string_key(written.text), *others)))
+    return tuple(dict.fromkeys(canonical_value(column, key) for key in keys))
 
 
 def sql_literal(node: exp.Expr) -> SqlLiteral | None:
@@ -360,7 +491,10 @@ def _untyped(column: str, written: SqlLiteral) -> Literal:
         return Literal((written.text,), False)
     if written.kind is LiteralKind.DATE:
         return Literal((written.text,), True)
-    return Literal((canonical_value(column, decimal.Decimal(written.text)),), True)
+    # On a STRING column the engine may compare the number's own text (DataFusion deletes the
+    # partition '7.0' for ``p = 7.0``): that spelling is named too when it is not the canonical one.
+    values = tuple(dict.fromkeys((canonical_value(column, decimal.Decimal(written.text)), string_key(written.text))))
+    return Literal(values, len(values) == 1)
 
 
 def _short(node: exp.Expr) -> str:

@@ -29,7 +29,7 @@ DIALECT = "spark"
 
 # Statements sqlglot's Spark dialect reads as an opaque command; occflow reads their target
 # from the tokens that follow the keyword (Delta's OPTIMIZE / REORG, Iceberg's CALL).
-_COMMAND_WRITES = ("OPTIMIZE", "REORG", "CALL")
+_COMMAND_WRITES = ("OPTIMIZE", "REORG", "CALL", "VACUUM")
 
 # Settings a SET may not change: where a name resolves (catalogs, the default catalog, case),
 # how the next statement is parsed (parser, ANSI keywords, ${...} substitution), or what the

@@ -17,6 +17,7 @@ and tells which requests were never served.
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -46,8 +47,7 @@ def _gated_cleanly(earlier: Mapping[str, Any], later: Mapping[str, Any]) -> bool
     profile = get_profile(later["profile"])
 
     def clean(first: str, then: str) -> bool:
-        cell = profile.cell(first, then)
-        return not cell.later_fails and not cell.effect.corrupts_data
+        return profile.commit_is_clean(first, then)
 
     return clean(earlier["operation"], later["operation"]) and not clean(later["operation"], earlier["operation"])
 
@@ -124,3 +124,43 @@ def unreleased(events: Iterable[Mapping[str, Any]]) -> set[str]:
         elif e["kind"] in ENDS:
             open_.discard(e["lease_id"])
     return open_
+
+
+# ----------------------------------------------------------------------------- durations (issue 38)
+
+#: How many past leases of one task (or one operation) an estimate reads: the latest ones.
+DURATION_SAMPLES = 20
+
+
+@dataclass(frozen=True)
+class PastDurations:
+    """How long past leases on a table were held, grant to release, from its recorded history:
+    the duration-aware rule's estimate of a write (``core.admission_rule.Durations``) is the
+    median of the same task's latest leases with the same operation, else of the operation's,
+    else unknown (the rule's default). Expired leases are left out: a lapse says how long a
+    dead holder was waited for, not how long the write takes."""
+
+    by_task: Mapping[tuple[str, str, str], tuple[float, ...]]
+    by_operation: Mapping[str, tuple[float, ...]]
+
+    @classmethod
+    def of(cls, events: Iterable[Mapping[str, Any]]) -> PastDurations:
+        granted: dict[str, Mapping[str, Any]] = {}
+        by_task: dict[tuple[str, str, str], list[float]] = {}
+        by_operation: dict[str, list[float]] = {}
+        for e in sorted(events, key=lambda ev: ev["seq"]):
+            if e["kind"] == "grant" and e.get("lease_id"):
+                granted[e["lease_id"]] = e
+            elif e["kind"] == "release" and (start := granted.pop(e.get("lease_id") or "", None)) is not None:
+                seconds = e["at"] - start["at"]
+                key = (start.get("dag_id") or "", start.get("task_id") or "", start["operation"])
+                if key[0] and key[1]:
+                    by_task.setdefault(key, []).append(seconds)
+                by_operation.setdefault(start["operation"], []).append(seconds)
+        return cls({k: tuple(v[-DURATION_SAMPLES:]) for k, v in by_task.items()},
+                   {k: tuple(v[-DURATION_SAMPLES:]) for k, v in by_operation.items()})
+
+    def estimate(self, dag_id: str | None, task_id: str | None, operation: str) -> float | None:
+        """The median of the task's past leases of ``operation``, else of the operation's, else None."""
+        found = self.by_task.get((dag_id or "", task_id or "", operation)) or self.by_operation.get(operation)
+        return statistics.median(found) if found else None

@@ -178,7 +178,7 @@ class AdmissionPriorities:
     def head_start(self, operation: Operation) -> float:
         if operation.value in self.per_operation:
             return float(self.per_operation[operation.value])
-        return self.compaction_head_start if operation.is_compaction else self.data_write_head_start
+        return self.compaction_head_start if operation.yields_to_data_writes else self.data_write_head_start
 
 
 #: Seconds a granted lease lives until its holder's first heartbeat proves it alive: a holder

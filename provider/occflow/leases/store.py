@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from ..core.admission_rule import Durations
 from ..core.fencing import CommitFence
 from . import schema
 from .config import make_engine
@@ -117,12 +118,18 @@ class LeaseStore:
         history: bool = False,
         create: bool = True,
         order_aware: bool = True,
+        durations: Durations | None = None,
     ) -> None:
         self.engine = engine
         self.dialect = engine.dialect.name
         self.priorities = priorities or AdmissionPriorities()
         self.history = history
         self.order_aware = order_aware
+        # The rule's duration-aware choices (issue 38), from this table's recorded lease history.
+        # None (the default): duration-blind. Opt-in until they pass the fairness tests (shortest
+        # first lets appends arriving with a queued MERGE go ahead of it) and reach the issue's
+        # targets; the simulator's default is the same, so the two agree.
+        self.durations = durations
         if create:
             self.create_schema()
 
@@ -211,7 +218,10 @@ class LeaseStore:
                 (own.queue_key, own.enqueued_at, own.request_id) if own is not None
                 else (tx.now - self.priorities.head_start(request.operation), tx.now, request.request_id)
             )
-            ruling = tx.without_cycles(blockers_of(request, live, waiting, place, order_aware=self.order_aware), live)
+            estimates = None if self.durations is None else tx.estimates(request, live, waiting, self.durations)
+            ruling = tx.without_cycles(
+                blockers_of(request, live, waiting, place, order_aware=self.order_aware, estimates=estimates), live
+            )
             blockers = ruling.blockers
             blockers += [b for b in earlier_try if b.ident not in {x.ident for x in blockers}]
             if blockers:

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..core.admission_rule import Blocked, Claim, Running, Waiting, closes_cycle, rule
+from ..core.admission_rule import Blocked, Claim, Durations, Running, Waiting, closes_cycle, rule
 from . import schema
+from .history import PastDurations
 from .model import Blocker, Lease, LeaseRequest
 from .rows import claim_of, columns_of, dump_keys, granted_lease, holder_of, lease_rows, load_keys, queue_row
 from .tries import rule_on_tries
@@ -43,21 +44,54 @@ class LeaseRuling:
     holds: list[str]
 
 
+@dataclass(frozen=True)
+class Estimates:
+    """The duration-aware rule's inputs in the store: the rule's ``Durations``, the store's
+    clock, and an estimate in seconds per lease id and request id (``TableTransaction.estimates``;
+    a missing id is unknown)."""
+
+    durations: Durations
+    now: float
+    seconds: Mapping[str, float]
+
+
 def blockers_of(
-    request: LeaseRequest, live: Sequence[Any], waiting: Sequence[Any], place: Place, *, order_aware: bool = False
+    request: LeaseRequest, live: Sequence[Any], waiting: Sequence[Any], place: Place, *, order_aware: bool = False,
+    estimates: Estimates | None = None,
 ) -> LeaseRuling:
     """The live leases and the waiting requests ahead of ``place`` that block ``request``, by
     the one admission rule (``core.admission_rule.rule``; its cycle check is ``without_cycles``,
     which reads the table's gates). Order-aware only for a request that holds its commit at the
-    gate."""
-    ahead = [row for row in waiting
-             if row.request_id != request.request_id and (row.queue_key, row.enqueued_at, row.request_id) < place]
+    gate. ``estimates``: the rule's duration-aware choices (None: duration-blind); then the
+    requests queued behind ``place`` are handed to the rule too, as its skip of a longer request
+    that arrived together runs both ways only if it sees every request that arrived together."""
+    if estimates is None:
+        ahead = [row for row in waiting
+                 if row.request_id != request.request_id and (row.queue_key, row.enqueued_at, row.request_id) < place]
+        ruling = rule(
+            claim_of_request(request),
+            [Running(row.lease_id, claim_of(row), bool(row.commit_gate), row.gate_reached_at is not None)
+             for row in live],
+            [Waiting(row.request_id, claim_of(row), bool(row.commit_gate)) for row in ahead],
+            commit_gate=order_aware and request.commit_gate,
+        )
+        return LeaseRuling(_blockers(ruling.blocked_by, live, ahead), list(ruling.awaits), list(ruling.holds))
+    seconds, durations = estimates.seconds, estimates.durations
+    mine = seconds.get(request.request_id)
+    # Ahead: before its place, or behind it but arrived together and estimated shorter.
+    ahead = [row for row in waiting if row.request_id != request.request_id and (
+        (row.queue_key, row.enqueued_at, row.request_id) < place
+        or durations.goes_first(row.enqueued_at, seconds.get(row.request_id), place[1], mine))]
     ruling = rule(
         claim_of_request(request),
-        [Running(row.lease_id, claim_of(row), bool(row.commit_gate), row.gate_reached_at is not None)
+        [Running(row.lease_id, claim_of(row), bool(row.commit_gate), row.gate_reached_at is not None,
+                 None if (length := seconds.get(row.lease_id)) is None
+                 else max(0.0, row.acquired_at + length - estimates.now), length)
          for row in live],
-        [Waiting(row.request_id, claim_of(row), bool(row.commit_gate)) for row in ahead],
+        [Waiting(row.request_id, claim_of(row), bool(row.commit_gate), row.enqueued_at, seconds.get(row.request_id))
+         for row in ahead],
         commit_gate=order_aware and request.commit_gate,
+        durations=durations, estimate=mine, arrival=place[1],
     )
     return LeaseRuling(_blockers(ruling.blocked_by, live, ahead), list(ruling.awaits), list(ruling.holds))
 
@@ -284,6 +318,30 @@ class TableTransaction:
                            awaits=json.dumps(sorted(awaits)) if awaits else None,
                            holds=json.dumps(sorted(holds)) if holds else None)
         return granted_lease(request, lease_id, self.now, fence, sent, frozenset(awaits))
+
+    def estimates(self, request: LeaseRequest, live: Sequence[Any], waiting: Sequence[Any],
+                  durations: Durations) -> Estimates:
+        """Each write's estimate from the table's recorded history (``history.PastDurations``:
+        the same task's past leases, else the operation's); without a history every estimate is
+        unknown and the rule uses its default (which holds no gate back: see ``rule``)."""
+        seconds: dict[str, float] = {}
+        if self.history:
+            E = schema.events
+            rows = self.conn.execute(
+                sa.select(E.c.seq, E.c.at, E.c.kind, E.c.lease_id, E.c.operation, E.c.dag_id, E.c.task_id)
+                .where(E.c.table_name == self.table, E.c.kind.in_(("grant", "release")))
+                .order_by(E.c.seq.desc()).limit(2000)
+            ).mappings().all()
+            past = PastDurations.of([dict(r) for r in rows])
+            for row in live:
+                if (found := past.estimate(row.dag_id, row.task_id, row.operation)) is not None:
+                    seconds[row.lease_id] = found
+            for row in [*waiting, request]:
+                holder = getattr(row, "holder", row)
+                operation = row.operation if isinstance(row.operation, str) else row.operation.value
+                if (found := past.estimate(holder.dag_id, holder.task_id, operation)) is not None:
+                    seconds[row.request_id] = found
+        return Estimates(durations, self.now, seconds)
 
     def gate_edges(self) -> dict[str, set[str]]:
         """The table's gates: waiter -> the leases it awaits."""

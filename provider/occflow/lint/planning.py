@@ -246,7 +246,7 @@ def pair_evidence(a: DeclaredTask, b: DeclaredTask) -> tuple[Evidence, ...]:
             continue  # an engine matrix without the operation says nothing about the pair
         for earlier, later in (ops, ops[::-1]):
             cell = profile.cell(earlier, later)
-            if cell.later_fails or cell.effect.corrupts_data:
+            if cell.later_fails or cell.effect.keeps_apart:
                 evidence = Evidence(profile, cell)
                 if evidence not in found:
                     found.append(evidence)

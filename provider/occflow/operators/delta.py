@@ -50,6 +50,13 @@ class DeltaWriteOperator(OccflowWriteOperator):
     :param job: ``job(table, snapshot, partition, commit, context) -> WriteOutcome`` instead of
         the built-in operations.
     :param storage_options: passed to delta-rs.
+    :param retention_hours: operation ``vacuum``: delete the files removed longer ago than this
+        (default: the table's ``delta.deletedFileRetentionDuration``, 1 week). Less than that is
+        refused, naming the value and the minimum, unless ``allow_unsafe_retention=True``.
+    :param allow_unsafe_retention: let a ``vacuum`` run below the safe retention: a job running
+        meanwhile on an older snapshot can lose the files it reads (admission still keeps every
+        write of the table apart from the vacuum, docs/maintenance.md).
+    :param vacuum_full: ``vacuum`` also deletes files no log entry names (delta-rs ``full=True``).
     :param allow_unsafe_concurrency: with ``admission=False``, run an operation that delta-rs
         lets commit beside another one with corrupted data as the result (two OPTIMIZEs of one
         partition duplicate its rows); without it such a task fails the DAG import. It also lets
@@ -78,6 +85,9 @@ class DeltaWriteOperator(OccflowWriteOperator):
         job: DeltaJob | None = None,
         storage_options: Mapping[str, str] | None = None,
         allow_unsafe_concurrency: bool = False,
+        retention_hours: float | None = None,
+        allow_unsafe_retention: bool = False,
+        vacuum_full: bool = False,
         create_if_missing: bool = False,
         schema: Any = None,
         partition_by: Sequence[str] | None = None,
@@ -101,6 +111,9 @@ class DeltaWriteOperator(OccflowWriteOperator):
         self.add_columns = dict(add_columns) if add_columns else None
         self.properties = dict(properties) if properties else None
         self.job = job
+        self.retention_hours = retention_hours
+        self.allow_unsafe_retention = allow_unsafe_retention
+        self.vacuum_full = vacuum_full
         self._delta_write().check(self.occflow_write.operation, self.task_id)
         self.storage_options = dict(storage_options or {})
         self.create_if_missing = create_if_missing
@@ -206,6 +219,9 @@ class DeltaWriteOperator(OccflowWriteOperator):
             add_columns=self.add_columns,
             properties=self.properties,
             job=self.job,
+            retention_hours=self.retention_hours,
+            allow_unsafe_retention=self.allow_unsafe_retention,
+            vacuum_full=self.vacuum_full,
         )
 
     def _target(self) -> DeltaRsTarget:

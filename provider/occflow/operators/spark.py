@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from ..core.declaration import WriteDeclaration
 from ..core.errors import InvalidDeclarationError
+from ..core.operations import check_retention, statement_retention_hours
 from ..core.sql import check_sql_write, job_text
 from ..core.sqlderive import check_derived_against, derive_write
 from ..engines.spark import IcebergFormat, SparkConfig
@@ -118,6 +120,7 @@ class SparkWriteOperator(OccflowWriteOperator):
         schema: Mapping[str, str] | None = None,
         partition_by: Sequence[str] | None = None,
         partition_columns: Sequence[str] | None = None,
+        allow_unsafe_retention: bool = False,
         **kwargs: Any,
     ) -> None:
         sql = sql_of(job)
@@ -159,6 +162,9 @@ class SparkWriteOperator(OccflowWriteOperator):
             checked_sql(self.sql, self.occflow_write, sql_catalog, self.task_id)  # a DAG import error
         elif self.sql is not None and not derives["operation"]:
             check_templated_operation(self.sql, self.occflow_write, self.task_id)
+        self.allow_unsafe_retention = allow_unsafe_retention
+        if self.sql is not None and not templated(self.sql):  # a DAG import error too
+            check_sql_retention(self.sql, self.occflow_write, allow_unsafe_retention, self.task_id)
         self.partition_columns = _hinted_columns(partition_columns, self.partition_by, self.task_id)
         if self.partition_columns and derives["partitions"] and self.sql is not None and not templated(self.sql):
             # Parse time: the partitions the SQL names under the hinted columns (never narrower
@@ -185,6 +191,7 @@ class SparkWriteOperator(OccflowWriteOperator):
             spark_engine(config).session()
             return declaration
         try:
+            check_sql_retention(self.sql, declaration, self.allow_unsafe_retention, self.task_id)
             return self.declare_from_table(declaration)
         except InvalidDeclarationError as exc:
             raise AirflowFailException(f"{self.task_id}: {exc}; nothing ran") from exc
@@ -275,6 +282,16 @@ def sql_operation(sql: SqlText | None, kwargs: Mapping[str, Any]) -> str:
         raise InvalidDeclarationError(
             f"{where}: the operation cannot be derived from the SQL job{hint}: {exc}"
         ) from None
+
+
+def check_sql_retention(sql: SqlText, declaration: WriteDeclaration, allow: bool, where: str) -> None:
+    """A VACUUM ... RETAIN n HOURS or an Iceberg older_than below the engine's safe minimum is
+    refused (``core.operations.check_retention``) unless ``allow_unsafe_retention=True``; a job
+    that leaves the retention to the engine passes."""
+    text, _ = job_text(sql)
+    hours = statement_retention_hours(declaration.operation, text, datetime.now(timezone.utc))
+    # The job names its retention in SQL (RETAIN n HOURS, older_than => TIMESTAMP '...'): say so.
+    check_retention(declaration.operation, hours, allow_unsafe_retention=allow, where=f"{where} (its SQL job)")
 
 
 def check_templated_operation(sql: SqlText, declaration: WriteDeclaration, where: str) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import ClassVar, TypeVar
 
-from ..core.admission_rule import Pairing, operation_pairings
+from ..core.admission_rule import Durations, Pairing, operation_pairings
 from ..core.errors import InvalidDeclarationError
 from ..core.kinds import Classification
 from ..core.operations import Operation
@@ -187,6 +187,8 @@ class Admission:
     commit_ahead = False
     #: Whether ``admits`` looks at the two ``FootprintIndex``es (else the simulator need not fill them).
     reads_footprints: ClassVar[bool] = True
+    #: Duration-aware choices of the one rule (``core.admission_rule.Durations``); None: blind.
+    durations: Durations | None = None
 
     def admits(self, job: Job, running: FootprintIndex, per_table: Mapping[str, int], blocked: FootprintIndex) -> bool:
         """``running``: jobs holding a slot; ``blocked``: earlier jobs that are still waiting."""
@@ -199,6 +201,11 @@ class Admission:
     def priority(self, job: Job) -> int:
         """Where ``job`` waits: the simulator scans waiting jobs by (priority, arrival), lower first."""
         return 0
+
+    def yields(self, job: Job) -> bool:
+        """Whether ``job``, refused, lets later waiting jobs pass it (it does not enter the
+        ``blocked`` index); its age limit (``AGED``) ends that."""
+        return False
 
     def age_limit(self, job: Job) -> float | None:
         """Seconds after which a waiting ``job`` is promoted ahead of every other waiting job
@@ -294,6 +301,11 @@ class MatrixAdmission(Admission):
     #: ahead of a running job, holding that job's commit; maintenance is looked at after data writes.
     commit_ahead: bool = True
     maintenance_last: bool = True
+    #: Duration-aware (issue 38): gates bounded by k times a writer's length, a compaction that
+    #: arrived first and can run goes, same-arrival jobs shortest first; None: duration-blind. The
+    #: simulator models the duration-aware rule; the lease store applies it only when asked
+    #: (``LeaseStore(durations=Durations())``, off by default: see docs/admission.md "Durations").
+    durations: Durations | None = field(default_factory=Durations)
 
     def admits(self, job: Job, running: FootprintIndex, per_table: Mapping[str, int], blocked: FootprintIndex) -> bool:
         if not self.order_aware:
@@ -301,10 +313,18 @@ class MatrixAdmission(Admission):
         return not running.conflicts(job, "exclusive") and not blocked.conflicts(job, "exclusive")
 
     def priority(self, job: Job) -> int:
-        return MAINTENANCE if self.maintenance_last and job.operation.is_compaction else DATA_WRITE
+        # Duration-aware, a compaction is looked at in arrival order with the data writes and,
+        # refused, does not hold back later ones (``yields``): the store's head start, which lets
+        # later data writes pass a compaction only while a running write blocks it.
+        if self.maintenance_last and job.operation.yields_to_data_writes and self.durations is None:
+            return MAINTENANCE
+        return DATA_WRITE
+
+    def yields(self, job: Job) -> bool:
+        return self.maintenance_last and self.durations is not None and job.operation.yields_to_data_writes
 
     def age_limit(self, job: Job) -> float | None:
-        if self.maintenance_age is None or not self.maintenance_last or not job.operation.is_compaction:
+        if self.maintenance_age is None or not self.maintenance_last or not job.operation.yields_to_data_writes:
             return None
         return self.maintenance_age.limit(job.duration)
 

@@ -51,6 +51,10 @@ from .workload import Job, Workload
 # Like Airflow's scheduler, which examines a bounded batch of queued tasks per loop
 # (``max_tis_per_query``): a scan never looks further than this into the waiting queue.
 SCHEDULER_WINDOW = 512
+#: Duration-aware: jobs arriving at one instant are put shortest first among those that exclude
+#: each other only in groups up to this size (the pairwise check is quadratic; bigger groups keep
+#: arrival order).
+SAME_ARRIVAL_GROUP = 64
 
 _FINISH, _RESUME, _BEGIN, _READY, _AGED = 0, 1, 2, 3, 4
 _INF = float("inf")
@@ -156,6 +160,8 @@ class _Simulation:
         self.leases: dict[str, dict[int, None]] = {t: {} for t in self.profiles}
         self.waiters: dict[int, list[int]] = {}
         self.ready_at: dict[int, float] = {}  # maintenance with an age limit: when it became ready
+        self.durations = policy.admission.durations if self.holds_commits else None
+        self.admitted_now: list[tuple[int, int]] = []  # the jobs the running pass has admitted
         self.tally = _Tally()
         self.attempts: list[Attempt] = []
         self.outcomes: dict[int, JobOutcome] = {}
@@ -167,6 +173,8 @@ class _Simulation:
     def run(self) -> None:
         jobs, events, pop = self.jobs, self.events, heapq.heappop
         arrivals = sorted(range(len(jobs)), key=lambda i: jobs[i].arrival)  # stable: index order
+        if self.durations is not None:
+            arrivals = self.shortest_first(arrivals)
         times = [*(jobs[i].arrival for i in arrivals), _INF]  # times[k]: when arrivals[k] arrives
         n, nxt = len(arrivals), 0
         while events or nxt < n:
@@ -188,6 +196,34 @@ class _Simulation:
                 else:
                     self.promote(index)
             self.schedule()
+
+    def shortest_first(self, arrivals: list[int]) -> list[int]:
+        """Arrival order, but of jobs that arrived together and exclude each other (``APART``),
+        the shorter first (``Durations.goes_first``, as the store skips a longer request ahead
+        that arrived together); others keep their order (running long non-conflicting jobs
+        first is what keeps slots busy). Groups over ``SAME_ARRIVAL_GROUP`` keep arrival order."""
+        assert self.durations is not None
+        seconds, jobs, out = self.durations.seconds, self.jobs, []
+        for _, group in itertools.groupby(arrivals, key=lambda i: jobs[i].arrival):
+            members = list(group)
+            if len(members) == 1 or len(members) > SAME_ARRIVAL_GROUP:
+                out += members
+                continue
+
+            def before(a: int, b: int) -> bool:
+                ja, jb = jobs[a], jobs[b]
+                if ja.table != jb.table or not overlap(footprint(ja), footprint(jb)):
+                    return False
+                if jb.operation not in commit_order(self.profiles[ja.table]).exclusive[ja.operation]:
+                    return False
+                return (seconds(ja.estimate), a) < (seconds(jb.estimate), b)
+
+            left = members
+            while left:  # the first job in arrival order that no shorter excluding job must precede
+                pick = next(m for m in left if not any(before(o, m) for o in left if o != m))
+                out.append(pick)
+                left = [m for m in left if m != pick]
+        return out
 
     # -- waiting and admission
     def enqueue(self, index: int, priority: int | None = None) -> None:
@@ -246,7 +282,9 @@ class _Simulation:
         if self.can_fill and admission.full(per_table, tables):  # only an admission changes it
             self.full_mark = self.ready_number  # every job waiting now waits on admission
             return
-        admitted, turned_away = [], []
+        admitted: list[tuple[int, int]] = []
+        self.admitted_now = admitted
+        turned_away: list[Job] = []
         refused_shapes: set[Shape] = set()
         jobs, refused, skip_same_shape, can_fill = self.jobs, self.refused, self.skip_same_shape, self.can_fill
         for priority, index, (ready, job_shape) in self.scan():
@@ -269,8 +307,8 @@ class _Simulation:
                     self.full_mark = self.ready_number
                     break
             else:
-                turned_away.append(job)
-                if self.footprints:
+                if self.footprints and (priority == AGED or not admission.yields(job)):
+                    turned_away.append(job)
                     blocked.add(job)
                 refused.add(index)
                 refused_shapes.add(job_shape)
@@ -293,6 +331,7 @@ class _Simulation:
             self.peak_live = max(self.peak_live, len(self.live))
         delay = self.policy.wait_start_delay if waited else 0.0
         if delay > 0:
+            self.live[index].start = self.now + delay  # when it will begin: its estimated end counts from there
             self.tally.held += delay  # the slot and the footprint are held, nothing runs yet
             self.push(self.now + delay, _BEGIN, index)
         else:
@@ -312,9 +351,17 @@ class _Simulation:
         after, before = order.after[job.operation], order.before[job.operation]
         if not after and not before:
             return [], []
-        jobs, live, mine = self.jobs, self.live, footprint(job)
+        jobs, live, mine, durations, now = self.jobs, self.live, footprint(job), self.durations, self.now
+
+        def remaining(other: int) -> float | None:
+            # Estimated, not its drawn duration: admission knows what past runs say, not the future.
+            if durations is None or live[other].computed >= 0:
+                return None
+            return max(0.0, live[other].start + durations.seconds(jobs[other].estimate) - now)
+
         ordered = [
-            Running(other, Claim(profile, jobs[other].operation, live[other].footprint), True, live[other].computed >= 0)
+            Running(other, Claim(profile, jobs[other].operation, live[other].footprint), True,
+                    live[other].computed >= 0, remaining(other), jobs[other].estimate)
             for other in self.leases[job.table]
             if (jobs[other].operation in after or jobs[other].operation in before)
             and overlap(mine, live[other].footprint)
@@ -324,8 +371,14 @@ class _Simulation:
         ruling = rule(
             Claim(profile, job.operation, mine), ordered, commit_gate=True, gates=_Gates(live),
             commit_ahead=self.commit_ahead, waited_for=lambda other: self.blocked.conflicts(jobs[other], "exclusive"),
+            durations=durations, estimate=job.estimate, slot_wanted=self.slot_wanted(),
         )
         return (list(ruling.awaits), list(ruling.holds)) if ruling.granted else None
+
+    def slot_wanted(self) -> bool:
+        """Whether a job waits for a worker slot besides the one being admitted (``rule``'s
+        ``slot_wanted``): while none does, holding a commit at a gate costs no one a slot."""
+        return self.n_waiting - len(self.admitted_now) - 1 >= self.free
 
     def gate(self, index: int, job: Job, first: list[int], then: list[int]) -> None:
         """Hold ``job``'s commit until ``first`` have committed or released, and ``then``'s

@@ -79,6 +79,10 @@ class Fixed:
     def describe(self) -> str:
         return f"{self.value:g}s"
 
+    def typical(self) -> float:
+        """The median: what past runs of a job drawn from it say it takes (its estimate)."""
+        return self.value
+
 
 @dataclass(frozen=True)
 class Uniform:
@@ -94,6 +98,9 @@ class Uniform:
 
     def describe(self) -> str:
         return f"uniform {self.low:g}-{self.high:g}s"
+
+    def typical(self) -> float:
+        return (self.low + self.high) / 2
 
 
 @dataclass(frozen=True)
@@ -112,6 +119,9 @@ class LogNormal:
 
     def describe(self) -> str:
         return f"lognormal median {self.median:g}s sigma {self.sigma:g}"
+
+    def typical(self) -> float:
+        return self.median
 
 
 @dataclass(frozen=True)
@@ -184,6 +194,9 @@ class Job:
     arrival: float
     reads_whole_table: bool = False
     protocol_change: bool = False
+    #: Seconds admission expects it to take (the median of its spec's durations, as past runs of
+    #: the same task would say); None: unknown (``Durations.default_seconds``).
+    estimate: float | None = None
 
 
 @dataclass(frozen=True)
@@ -268,6 +281,7 @@ def _draw(spec: JobSpec, table: TableSpec, rng: random.Random, jobs: list[Job]) 
     draw_duration = spec.duration.sampler(rng)
     name, many, first = spec.name, spec.count != 1, len(jobs)
     whole, protocol = spec.reads_whole_table, spec.protocol_change
+    estimate = spec.duration.typical()
     for i in range(spec.count):
         if choose is not None:
             parts: tuple[str, ...] | None = (choose(among),)
@@ -279,7 +293,7 @@ def _draw(spec: JobSpec, table: TableSpec, rng: random.Random, jobs: list[Job]) 
         duration = draw_duration()
         jobs.append(Job(
             first + i, f"{name}-{i}" if many else name, spec.table, spec.operation, parts,
-            1e-3 if duration < 1e-3 else duration, 0.0 if arrival < 0.0 else arrival, whole, protocol,
+            1e-3 if duration < 1e-3 else duration, 0.0 if arrival < 0.0 else arrival, whole, protocol, estimate,
         ))
 
 

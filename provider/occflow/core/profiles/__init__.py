@@ -55,7 +55,9 @@ def footprint_reach(
     any partition), and for a schema, property or protocol change, whatever partitions it was
     declared with: the table's metadata is one for all its partitions (a Delta write of
     partition a fails with a metadata or protocol change committed while it ran, as the
-    simulator and its exact scheduler also assume: ``Operation.changes_table_metadata``)."""
+    simulator and its exact scheduler also assume: ``Operation.changes_table_metadata``).
+    Maintenance that deletes unreferenced files (VACUUM, expire_snapshots) is in its profiles'
+    ``reads_whole_table`` (``Profile`` checks it), so the store and the simulator read it there too."""
     if operation.changes_table_metadata or operation in profile.reads_whole_table:
         return None
     return partitions

@@ -42,7 +42,9 @@ from .delta import (
 from .model import Cell, Effect, OverwriteScope, Profile, RuleKind
 
 #: Operations whose ``DeltaOperation`` carries no read predicate in delta-rs.
-NO_READ_PREDICATE: frozenset[Operation] = frozenset({Op.INSERT_INTO, Op.OPTIMIZE, Op.ALTER_METADATA})
+NO_READ_PREDICATE: frozenset[Operation] = frozenset(
+    {Op.INSERT_INTO, Op.OPTIMIZE, Op.ALTER_METADATA, Op.VACUUM}
+)
 #: Whole-table forms with no predicate either: ``write_deltalake(mode="overwrite")`` without a
 #: predicate and ``DeltaTable.delete()`` without one (what the engine runs on an unpartitioned table).
 #: A whole-table UPDATE / DELETE may still carry a predicate on other columns; a whole-table MERGE
@@ -276,6 +278,7 @@ S_FEATURE_UPGRADE = (
 )
 _ANY_LATER = (
     Op.INSERT_INTO, Op.INSERT_OVERWRITE, Op.TRUNCATE, Op.UPDATE, Op.DELETE, Op.MERGE, Op.OPTIMIZE, Op.ALTER_METADATA,
+    Op.VACUUM,
 )
 
 #: (earlier, later) -> (the other kinds delta-rs raises for the pair, the source saying when).
@@ -291,9 +294,52 @@ ALSO_RAISES: dict[tuple[Operation, Operation], tuple[tuple[ConflictKind, ...], s
 }
 
 
+# VACUUM (deltalake 1.6.6 ``DeltaTable.vacuum``): it commits VACUUM START, deletes, then commits
+# VACUUM END, both with commitInfo only (no add, no remove), so nothing it commits fails a job
+# beside it; but its own commit has no read predicate (``DeltaOperation::VacuumStart``), so it
+# counts every file as read and a VACUUM planned before a data-changing removal or a metadata
+# change fails its START commit (measured) and deletes nothing. What it does beside a job that
+# commits: it deletes the files removed by versions older than its retention (and, ``full=True``,
+# files no log entry names), so a job running across it on an older snapshot reads deleted files
+# and fails, not with a conflict but "Object at location ... not found" (never retried;
+# tests/engines/test_maintenance_deltars.py reproduces it: an UPDATE planned before an OPTIMIZE
+# and a VACUUM RETAIN 0 HOURS). Those cells say so (``Effect.DELETES_FILES_IN_USE``) and
+# admission keeps VACUUM apart from every job that reads or writes data files.
+S_VACUUM = (
+    "delta-rs crates/core/src/operations/vacuum.rs (VACUUM START / END commit commitInfo only; files "
+    "removed by versions older than the retention are deleted)"
+)
+S_VACUUM_COMMITS = f"{S_VACUUM}; {CC}: no add or remove, nothing for the later job to fail on"
+S_VACUUM_READS_ALL = f"{S_VACUUM}; {S_DEL_READ_ALL} (VacuumStart has no read predicate)"
+S_VACUUM_META = f"{S_VACUUM}; {S_META}"
+N_VACUUM_IN_USE = (
+    "both commit from one snapshot; under a retention shorter than the other job's run VACUUM deletes "
+    "files that job's snapshot still reads (an OPTIMIZE or a rewrite removed them meanwhile): it fails "
+    "with 'Object at location ... not found', not a conflict (never retried); with full=True an "
+    "append's uncommitted files go too (observed: tests/engines/test_maintenance_deltars.py)"
+)
+N_VACUUM_FAILS = (
+    "VACUUM's START commit counts every file as read: planned before a data-changing removal it fails "
+    "and deletes nothing"
+)
+N_VACUUM_NO_FILES = "an ALTER reads no data file; two VACUUMs delete the same unreferenced files and both commit"
+IN_USE: Outcome = (None, Effect.DELETES_FILES_IN_USE)
+_DATA_REMOVERS = (Op.INSERT_OVERWRITE, Op.TRUNCATE, Op.UPDATE, Op.DELETE, Op.MERGE)
+_VACUUM_PEERS = (Op.INSERT_INTO, *_DATA_REMOVERS, Op.OPTIMIZE)
+VACUUM_MATRIX: tuple[tuple[Operation, Operation, Outcome, str, str], ...] = (
+    *((remover, Op.VACUUM, DELETE_READ, S_VACUUM_READS_ALL, N_VACUUM_FAILS) for remover in _DATA_REMOVERS),
+    (Op.INSERT_INTO, Op.VACUUM, IN_USE, S_VACUUM_COMMITS, N_VACUUM_IN_USE),
+    (Op.OPTIMIZE, Op.VACUUM, IN_USE, f"{S_VACUUM}; {S_DC_FALSE}", N_VACUUM_IN_USE),
+    (Op.ALTER_METADATA, Op.VACUUM, META, S_VACUUM_META, ""),
+    *((Op.VACUUM, peer, IN_USE, S_VACUUM_COMMITS, N_VACUUM_IN_USE) for peer in _VACUUM_PEERS),
+    (Op.VACUUM, Op.ALTER_METADATA, OK_APPLIED, S_VACUUM_COMMITS, N_VACUUM_NO_FILES),
+    (Op.VACUUM, Op.VACUUM, OK_APPLIED, S_VACUUM_COMMITS, N_VACUUM_NO_FILES),
+)
+
+
 def _cells() -> tuple[Cell, ...]:
     cells = []
-    for earlier, later, (exception, effect), source, note in DELTA_RS_MATRIX:
+    for earlier, later, (exception, effect), source, note in (*DELTA_RS_MATRIX, *VACUUM_MATRIX):
         also, also_source = ALSO_RAISES.get((earlier, later), ((), ""))
         cells.append(
             Cell(
@@ -336,11 +382,12 @@ DELTA_RS = Profile(
         ConflictKind.CONCURRENT_TRANSACTION,
         ConflictKind.COMMIT_RETRIES_EXHAUSTED,
     ),
-    reads_whole_table=(Operation.INSERT_INTO, Operation.OPTIMIZE),
+    reads_whole_table=(Operation.INSERT_INTO, Operation.OPTIMIZE, Operation.VACUUM),
     reads_whole_table_source=(
         "delta-io/delta-rs crates/core/src/protocol/mod.rs (DeltaOperation::read_predicate is None for "
-        "Write/append and Optimize; conflict_checker.rs then counts every file as read); observed on "
-        "deltalake 1.6.6: an append on q fails with concurrent_delete_read after an UPDATE on p"
+        "Write/append, Optimize and VacuumStart; conflict_checker.rs then counts every file as read); "
+        "observed on deltalake 1.6.6: an append on q fails with concurrent_delete_read after an UPDATE "
+        "on p, a VACUUM after an UPDATE fails alike"
     ),
     validator=DeltaRsConflictChecker(),
 )

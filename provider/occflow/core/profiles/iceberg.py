@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import UnknownOperationError
 from ..footprint import FileRef, Footprint, Validator
@@ -84,6 +84,7 @@ class CommitApi(str, enum.Enum):
     OVERWRITE_FILES = "OverwriteFiles (copy-on-write)"
     REWRITE_FILES = "RewriteFiles"
     TABLE_METADATA = "Transaction (UpdateSchema / UpdateProperties)"
+    EXPIRE_SNAPSHOTS = "ExpireSnapshots (RemoveSnapshots)"
 
 
 #: How Spark 3.5 commits each canonical operation on an Iceberg table (module docstring).
@@ -96,6 +97,7 @@ COMMIT_API: dict[Op, CommitApi] = {
     Op.MERGE: CommitApi.OVERWRITE_FILES,
     Op.OPTIMIZE: CommitApi.REWRITE_FILES,
     Op.ALTER_METADATA: CommitApi.TABLE_METADATA,
+    Op.EXPIRE_SNAPSHOTS: CommitApi.EXPIRE_SNAPSHOTS,
 }
 
 # Iceberg's DataOperations: the ``operation`` a snapshot records.
@@ -110,6 +112,7 @@ _SNAPSHOT_OPERATION: dict[CommitApi, str | None] = {
     CommitApi.DELETE_FILES: DELETE,
     CommitApi.REWRITE_FILES: REPLACE,
     CommitApi.TABLE_METADATA: None,
+    CommitApi.EXPIRE_SNAPSHOTS: None,
 }
 
 
@@ -288,6 +291,10 @@ _BY_LATER = {
     Op.MERGE: "SparkWrite.CopyOnWriteOperation.commitWith{Serializable,Snapshot}Isolation -> BaseOverwriteFiles.validate",
     Op.OPTIMIZE: "RewriteDataFilesSparkAction -> BaseRewriteFiles (failMissingDeletePaths)",
     Op.ALTER_METADATA: "SparkCatalog.alterTable -> BaseTransaction.commitTransaction (retries, no data validation)",
+    Op.EXPIRE_SNAPSHOTS: (
+        "SparkProcedures expire_snapshots -> RemoveSnapshots.commit: refreshes and re-applies on "
+        "retry, no data validation"
+    ),
 }
 # The earlier job's snapshot, which is what the later job's checks inspect.
 _BY_EARLIER = {
@@ -299,6 +306,10 @@ _BY_EARLIER = {
     Op.MERGE: "earlier: 'overwrite' snapshot (copy-on-write) removing F, adding a file",
     Op.OPTIMIZE: "earlier: 'replace' snapshot (RewriteFiles) removing F, adding a file",
     Op.ALTER_METADATA: "earlier: new table metadata, no snapshot",
+    Op.EXPIRE_SNAPSHOTS: (
+        "earlier: expire_snapshots, new table metadata without the expired snapshots (and their "
+        "files deleted), no snapshot"
+    ),
 }
 
 UNSURE = "UNSURE: "
@@ -336,6 +347,10 @@ SPARK_CHECKED: frozenset[tuple[IsolationLevel, Op, Op]] = frozenset(
         (_S, Op.ALTER_METADATA, Op.ALTER_METADATA),
     }
 )
+#: The expire_snapshots pairs, raced by the conformance runner at both levels (all commit).
+SPARK_CHECKED = SPARK_CHECKED | {
+    (level, a, b) for level in (_S, _N) for a in COMMIT_API for b in COMMIT_API if Op.EXPIRE_SNAPSHOTS in (a, b)
+}
 _NOTE_OVERWRITE = (
     "SQL INSERT OVERWRITE passes no isolation-level write option, so nothing is validated "
     "(checked on Spark after insert_into, update, truncate, optimize); a DataFrame writer with "
@@ -378,6 +393,21 @@ _NOTE_ALTER_LATER = (
     "commit). Not so for API callers: an UpdateSchema built on a table Transaction before a "
     "concurrent commit is not replayed by BaseTransaction and fails with CommitFailedException "
     "'Table metadata refresh is required' (commit_failed); UpdateProperties is replayed."
+)
+
+IN_USE = Outcome(Effect.DELETES_FILES_IN_USE)
+_READS_NO_FILE = (Op.INSERT_INTO, Op.INSERT_OVERWRITE, Op.TRUNCATE, Op.ALTER_METADATA)
+_VALIDATES_FROM_SNAPSHOT = (Op.UPDATE, Op.DELETE, Op.MERGE, Op.OPTIMIZE)
+_NOTE_EXPIRE_SAFE = (
+    "Both commit (measured): the job reads no data file and validates from no snapshot, and "
+    "expire_snapshots deletes only files no retained snapshot references."
+)
+_NOTE_EXPIRE_IN_USE = (
+    "Both commit from one snapshot (measured); but an expire_snapshots that removes snapshots the "
+    "job's validation walks (older_than below the job's run, retain_last too small) fails it with "
+    "'Cannot determine history between starting snapshot ... and the last known ancestor ...' and "
+    "deletes the files its scan reads (observed: tests/engines/test_maintenance_iceberg.py); "
+    "admission keeps them apart."
 )
 
 # (earlier job, later job, serializable, snapshot, note) -- the 64 pairs on one partition p.
@@ -454,6 +484,21 @@ ICEBERG_MATRIX: tuple[tuple[Op, Op, Outcome, Outcome, str], ...] = (
     (Op.MERGE, Op.ALTER_METADATA, APPLIES, APPLIES, _NOTE_ALTER_LATER),
     (Op.OPTIMIZE, Op.ALTER_METADATA, APPLIES, APPLIES, _NOTE_ALTER_LATER),
     (Op.ALTER_METADATA, Op.ALTER_METADATA, APPLIES, APPLIES, _NOTE_ALTER_LATER),
+    # expire_snapshots (measured pair by pair on Spark 3.5.9 + Iceberg 1.10.2: both commit, its
+    # RemoveSnapshots refreshes and re-applies). Beside a job that validates from the snapshot it
+    # read (copy-on-write UPDATE / DELETE / MERGE, a rewrite), an expire that removes that snapshot's
+    # successors fails it at commit ('Cannot determine history between starting snapshot ...',
+    # MergingSnapshotProducer.validationHistory) and deletes the files its scan reads:
+    # tests/engines/test_maintenance_iceberg.py reproduces it. Appends, SQL overwrites,
+    # metadata-only deletes and ALTER read no file and validate nothing.
+    *((x, Op.EXPIRE_SNAPSHOTS, APPLIES, APPLIES, _NOTE_EXPIRE_SAFE) for x in _READS_NO_FILE),
+    *((x, Op.EXPIRE_SNAPSHOTS, IN_USE, IN_USE, _NOTE_EXPIRE_IN_USE) for x in _VALIDATES_FROM_SNAPSHOT),
+    (Op.EXPIRE_SNAPSHOTS, Op.INSERT_INTO, APPENDS, APPENDS, _NOTE_EXPIRE_SAFE),
+    (Op.EXPIRE_SNAPSHOTS, Op.INSERT_OVERWRITE, OVERWRITES, OVERWRITES, _NOTE_EXPIRE_SAFE),
+    (Op.EXPIRE_SNAPSHOTS, Op.TRUNCATE, OVERWRITES, OVERWRITES, _NOTE_EXPIRE_SAFE),
+    (Op.EXPIRE_SNAPSHOTS, Op.ALTER_METADATA, APPLIES, APPLIES, _NOTE_EXPIRE_SAFE),
+    *((Op.EXPIRE_SNAPSHOTS, x, IN_USE, IN_USE, _NOTE_EXPIRE_IN_USE) for x in _VALIDATES_FROM_SNAPSHOT),
+    (Op.EXPIRE_SNAPSHOTS, Op.EXPIRE_SNAPSHOTS, APPLIES, APPLIES, _NOTE_EXPIRE_SAFE),
 )
 
 
@@ -556,6 +601,10 @@ SOURCES = (
 )
 
 _EXTRA = (ConflictKind.COMMIT_FAILED, ConflictKind.COMMIT_STATE_UNKNOWN)
+_EXPIRE_WHOLE_TABLE = (
+    "apache/iceberg core/src/main/java/org/apache/iceberg/RemoveSnapshots.java: expire_snapshots "
+    "removes snapshots of the whole table and deletes the files of every partition only they reference"
+)
 
 ICEBERG_SERIALIZABLE = Profile(
     name="iceberg-serializable",
@@ -573,6 +622,8 @@ ICEBERG_SERIALIZABLE = Profile(
         "validation. Validation is scoped by the scan filter: disjoint partitions never conflict."
     ),
     extra_kinds=_EXTRA,
+    reads_whole_table=(Op.EXPIRE_SNAPSHOTS,),
+    reads_whole_table_source=_EXPIRE_WHOLE_TABLE,
     validator=iceberg_validator(IsolationLevel.SERIALIZABLE),
 )
 
@@ -591,6 +642,8 @@ ICEBERG_SNAPSHOT = Profile(
         "still fails when a file it read was removed."
     ),
     extra_kinds=_EXTRA,
+    reads_whole_table=(Op.EXPIRE_SNAPSHOTS,),
+    reads_whole_table_source=_EXPIRE_WHOLE_TABLE,
     validator=iceberg_validator(IsolationLevel.SNAPSHOT),
 )
 
@@ -612,6 +665,8 @@ VALIDATED_OVERWRITE_COLUMN: tuple[tuple[Op, Outcome, Outcome], ...] = (
     (Op.MERGE, FAILS_ADDED, FAILS_DELETED),
     (Op.OPTIMIZE, FAILS_DELETED, FAILS_DELETED),
     (Op.ALTER_METADATA, OVERWRITES, OVERWRITES),
+    # validate-from-snapshot-id names the snapshot it read: an expire of its successors fails it
+    (Op.EXPIRE_SNAPSHOTS, IN_USE, IN_USE),
 )
 #: Run on real Spark 3.5 + Iceberg 1.10.2 by tests/conformance_upstream/test_iceberg_validation.py.
 VALIDATED_SPARK_CHECKED: frozenset[tuple[IsolationLevel, Op]] = frozenset({(_S, Op.INSERT_INTO)})
@@ -641,6 +696,10 @@ def validated_cells_for(level: IsolationLevel) -> tuple[Cell, ...]:
     checks = ", ".join(check.method.rsplit(".", 1)[-1] for check in OVERWRITE_OPTION_VALIDATIONS[level])
     cells = []
     for cell in cells_for(level):
+        if (cell.earlier, cell.later) == (Op.INSERT_OVERWRITE, Op.EXPIRE_SNAPSHOTS):
+            # the overwrite validates from the snapshot it read now: kept apart either way
+            cells.append(replace(cell, effect=IN_USE.effect, note=_NOTE_EXPIRE_IN_USE))
+            continue
         if cell.later is not Op.INSERT_OVERWRITE:
             cells.append(cell)
             continue
@@ -690,7 +749,9 @@ def _validated(base: Profile, level: IsolationLevel) -> Profile:
             )
         ),
         extra_kinds=_EXTRA,
-        validator=iceberg_validator(level, overwrite_option=True),
+        reads_whole_table=(Op.EXPIRE_SNAPSHOTS,),
+    reads_whole_table_source=_EXPIRE_WHOLE_TABLE,
+    validator=iceberg_validator(level, overwrite_option=True),
     )
 
 

@@ -23,10 +23,22 @@ class Effect(str, enum.Enum):
     # both commit and the data is wrong (delta-rs: two compactions of the same files both land,
     # so the partition's rows appear twice): admission must never let the pair run together
     DUPLICATES_ROWS = "duplicates_rows"
+    # both commit from one snapshot, but maintenance that deletes unreferenced files (VACUUM,
+    # expire_snapshots, remove_orphan_files) under a retention shorter than the other job's run
+    # deletes files that job's older snapshot still reads (delta-rs: "Object at location ... not
+    # found", never a conflict, so never retried): admission never lets the pair run together.
+    # Not ``corrupts_data``: at the engine's safe retention no job lives long enough to meet it,
+    # so a write without admission needs no opt-in for it (the retention floor guards that).
+    DELETES_FILES_IN_USE = "deletes_files_in_use"
 
     @property
     def corrupts_data(self) -> bool:
         return self is Effect.DUPLICATES_ROWS
+
+    @property
+    def keeps_apart(self) -> bool:
+        """Both commit, yet the pair must not run together (admission, lint, explain)."""
+        return self.corrupts_data or self is Effect.DELETES_FILES_IN_USE
 
 
 class Condition(str, enum.Enum):
@@ -160,6 +172,15 @@ class Profile:
             raise ValueError(f"profile {self.name}: residue_on_failure names operations outside the matrix: {strays}")
         if bool(self.reads_whole_table) != bool(self.reads_whole_table_source):
             raise ValueError(f"profile {self.name}: operations that read the whole table need a source, and only they")
+        # Maintenance that deletes unreferenced files lists and deletes in every partition: its
+        # footprint is the whole table on every engine, whatever partitions it was declared with.
+        partial = [
+            op.value
+            for op in self._operations
+            if op.deletes_unreferenced_files and op not in self.reads_whole_table
+        ]
+        if partial:
+            raise ValueError(f"profile {self.name}: {partial} delete files in every partition: list them in reads_whole_table")
         if (self.rules is RuleKind.FOOTPRINT) != (self.validator is not None):
             raise ValueError(f"profile {self.name}: footprint rules need a validator, operation rules none")
         object.__setattr__(self, "_index", index)
@@ -187,9 +208,7 @@ class Profile:
     def conflicts(self, a: str | Operation, b: str | Operation) -> bool:
         """Whether ``a`` and ``b`` must not run together on one footprint: in either commit
         order the later one fails, or both commit and corrupt the data."""
-        return any(
-            cell.later_fails or cell.effect.corrupts_data for cell in (self.cell(a, b), self.cell(b, a))
-        )
+        return any(cell.later_fails or cell.effect.keeps_apart for cell in (self.cell(a, b), self.cell(b, a)))
 
     def commit_is_clean(self, earlier: str | Operation, later: str | Operation) -> bool:
         """Two writes from one snapshot, ``earlier`` committed first: the later one commits too
@@ -197,7 +216,7 @@ class Profile:
         run beside ``earlier`` where only this order is clean, its commit held until
         ``earlier``'s lease ends."""
         cell = self.cell(earlier, later)
-        return not cell.later_fails and not cell.effect.corrupts_data
+        return not cell.later_fails and not cell.effect.keeps_apart
 
     def __iter__(self) -> Iterator[Cell]:
         return iter(self.cells)

@@ -19,6 +19,7 @@ from ..outcome import WriteOutcome
 from .commit import CommitOptions
 from .predicates import Compare, Where
 from .table import ENGINE, DeltaRsTable
+from .target import vacuum
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
@@ -86,6 +87,12 @@ class PairJobs:
             return self.table.set_properties(
                 {f"occflow.conformance.{role}": "1"}, snapshot=snapshot, commit=commit
             )
+        if op is Operation.VACUUM:
+            # RETAIN 0 HOURS, the form users run into trouble with (allowed here in so many
+            # words): it deletes the file the prepared tombstone in partition b left behind
+            return vacuum(
+                self.table, retention_hours=0, allow_unsafe_retention=True, snapshot=snapshot, commit=commit
+            )
         raise InvalidDeclarationError(f"delta-rs conformance has no job for operation {op.value!r}")
 
 
@@ -110,8 +117,9 @@ class DeltaRsPairRunner:
                 f"unknown delta.isolationLevel {self.isolation!r}; use one of {', '.join(_ISOLATION)}"
             ) from None
 
-    def prepare(self, name: str) -> DeltaRsTable:
-        """A fresh table: partition ``a`` in two files (rows 1-2, 3-4), partition ``b`` in one."""
+    def prepare(self, name: str, tombstone: bool = False) -> DeltaRsTable:
+        """A fresh table: partition ``a`` in two files (rows 1-2, 3-4), partition ``b`` in one;
+        ``tombstone``: ``b`` overwritten once more, so a VACUUM has a removed file to delete."""
         path = self.workdir / name
         if path.exists():
             shutil.rmtree(path)
@@ -125,6 +133,10 @@ class DeltaRsPairRunner:
             table.append(_rows_table(PAIR_PARTITION, [3, 4], 0)),
             table.append(_rows_table(OTHER_PARTITION, [1, 2], 0)),
         ]
+        if tombstone:
+            steps.append(
+                table.overwrite(_rows_table(OTHER_PARTITION, [1, 2], 1), partition={"part": OTHER_PARTITION})
+            )
         for step in steps:
             if not step.committed:
                 raise RuntimeError(f"could not prepare conformance table {path}: {step.error}")
@@ -132,7 +144,10 @@ class DeltaRsPairRunner:
 
     def run_pair(self, earlier: Operation, later: Operation) -> Observation:
         self._count += 1
-        table = self.prepare(f"{self.isolation.lower()}-{self._count:03d}-{earlier.value}-{later.value}")
+        table = self.prepare(
+            f"{self.isolation.lower()}-{self._count:03d}-{earlier.value}-{later.value}",
+            tombstone=Operation.VACUUM in (earlier, later),
+        )
         start = time.perf_counter()
         read_version = table.version()
         # Both jobs hold the same snapshot; the later one plans on it only after the earlier
@@ -152,6 +167,10 @@ class DeltaRsPairRunner:
         note = f"read version {read_version}; earlier committed {first.version}"
         if second.committed:
             note += f", later committed {second.version}"
+            unreadable = _unreadable(table)
+            if unreadable:
+                note += f"; THE LATEST VERSION IS UNREADABLE: {unreadable}"
+                return Observation(later_committed=True, seconds=time.perf_counter() - start, note=note)
             duplicated = _duplicated_ids(table)
             if duplicated:
                 note += f"; DUPLICATED ROWS in partition {PAIR_PARTITION}: ids {duplicated}"
@@ -164,6 +183,16 @@ class DeltaRsPairRunner:
             seconds=time.perf_counter() - start,
             note=note,
         )
+
+
+def _unreadable(table: DeltaRsTable) -> str:
+    """Why the table's latest version cannot be read whole (a VACUUM deleted a file it names),
+    or "" when it can."""
+    try:
+        table.load().to_pyarrow_table()
+    except Exception as exc:  # noqa: BLE001 - delta-rs raises several types for a missing file
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return ""
 
 
 def _duplicated_ids(table: DeltaRsTable) -> list[int]:

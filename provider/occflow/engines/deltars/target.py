@@ -8,16 +8,17 @@ replaces it for anything else.
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ...core.declaration import WriteDeclaration
 from ...core.errors import InvalidDeclarationError
 from ...core.observed import ObservedFootprint
-from ...core.operations import Operation
+from ...core.operations import RETENTION_FLOORS, Operation, check_retention
 from ...core.tablefacts import TableFacts
 from ..outcome import WriteOutcome
 from ..target import AttemptContext
@@ -27,6 +28,9 @@ from .ledger import DeltaRsLedger
 from .observed import observe_deltars_commit
 from .predicates import Where, column
 from .table import ENGINE, DeltaRsTable, require_columns
+
+if TYPE_CHECKING:
+    from deltalake import CommitProperties, DeltaTable
 
 #: ``job(table, snapshot, partition, commit, context) -> WriteOutcome`` for writes the built-in
 #: operations do not cover; ``snapshot`` is freshly loaded for every attempt.
@@ -44,9 +48,21 @@ class DeltaRsWrite:
     add_columns: Mapping[str, str] | None = None
     properties: Mapping[str, str] | None = None
     job: DeltaJob | None = field(default=None, compare=False)
+    #: VACUUM: files removed longer ago than this are deleted (``None``: the table's
+    #: ``delta.deletedFileRetentionDuration``, 1 week by default); below the safe minimum only
+    #: with ``allow_unsafe_retention=True``; ``vacuum_full`` also deletes files no log entry names.
+    retention_hours: float | None = None
+    allow_unsafe_retention: bool = False
+    vacuum_full: bool = False
 
     def check(self, operation: Operation, where: str) -> None:
         """An error naming what the operation needs and was not given (DAG parse time)."""
+        # The floor the table itself sets is checked again when the vacuum runs (it reads it).
+        check_retention(
+            operation, self.retention_hours, allow_unsafe_retention=self.allow_unsafe_retention, where=where
+        )
+        if self.vacuum_full and operation is not Operation.VACUUM:
+            raise InvalidDeclarationError(f"{where}: vacuum_full is VACUUM's, not {operation.value}'s")
         if self.job is not None:
             return
         if operation not in BUILT_IN:
@@ -87,6 +103,75 @@ class _Call:
         return Where.equals(self.write.where) if self.write.where else None
 
 
+_INTERVAL = re.compile(r"^\s*interval\s+(\d+(?:\.\d+)?)\s+(\w+?)s?\s*$", re.IGNORECASE)
+_UNIT_HOURS = {
+    "nanosecond": 1 / 3.6e12, "microsecond": 1 / 3.6e9, "millisecond": 1 / 3.6e6, "second": 1 / 3600,
+    "minute": 1 / 60, "hour": 1.0, "day": 24.0, "week": 168.0,
+}
+
+
+def retention_property_hours(value: str | None) -> float | None:
+    """``delta.deletedFileRetentionDuration`` (``"interval 7 days"``) in hours; ``None`` unset.
+    A value Delta would not read is an error naming it: the floor must not be guessed."""
+    if value is None:
+        return None
+    found = _INTERVAL.match(value)
+    if found is None or found.group(2).lower() not in _UNIT_HOURS:
+        raise InvalidDeclarationError(
+            f"delta.deletedFileRetentionDuration is {value!r}, not an interval Delta reads "
+            "('interval 7 days', 'interval 168 hours')"
+        )
+    return float(found.group(1)) * _UNIT_HOURS[found.group(2).lower()]
+
+
+def vacuum(
+    table: DeltaRsTable,
+    *,
+    retention_hours: float | None = None,
+    allow_unsafe_retention: bool = False,
+    full: bool = False,
+    snapshot: DeltaTable | None = None,
+    commit: CommitOptions | None = None,
+) -> WriteOutcome:
+    """Delete the files no version younger than ``retention_hours`` references (the table's
+    ``delta.deletedFileRetentionDuration``, 1 week by default, when ``None``); ``full`` also
+    deletes files no log entry names (a running writer's uncommitted files among them).
+
+    A retention below the safe minimum (``RETENTION_FLOORS``, or the table's own longer setting)
+    is refused before anything is deleted, unless ``allow_unsafe_retention=True``: then delta-rs's
+    own check is turned off too (``enforce_retention_duration=False``).
+    """
+    current = snapshot if snapshot is not None else table.load()
+    configured = retention_property_hours(
+        current.metadata().configuration.get(RETENTION_FLOORS[Operation.VACUUM].table_property)
+    )
+    check_retention(
+        Operation.VACUUM,
+        retention_hours,
+        table_minimum_hours=configured,
+        allow_unsafe_retention=allow_unsafe_retention,
+        where=f"vacuum of {table.uri}",
+    )
+    hours = None if retention_hours is None else int(retention_hours)
+    if retention_hours is not None and hours != retention_hours:
+        raise InvalidDeclarationError(
+            f"vacuum of {table.uri}: delta-rs takes whole hours, retention_hours={retention_hours!r}"
+        )
+
+    def run(loaded: DeltaTable | None, props: CommitProperties) -> dict[str, Any] | None:
+        assert loaded is not None
+        deleted = loaded.vacuum(
+            retention_hours=hours,
+            dry_run=False,
+            enforce_retention_duration=not allow_unsafe_retention,
+            commit_properties=props,
+            full=full,
+        )
+        return {"num_deleted_files": len(deleted)}
+
+    return table._run(Operation.VACUUM, current, run, commit)
+
+
 def _alter(c: _Call) -> WriteOutcome:
     if c.write.add_columns:
         return c.table.add_columns(c.write.add_columns, snapshot=c.snapshot, commit=c.commit)
@@ -115,6 +200,14 @@ _OPERATIONS: dict[Operation, Callable[[_Call], WriteOutcome]] = {
         partition=c.partition, snapshot=c.snapshot, commit=c.commit
     ),
     Operation.ALTER_METADATA: _alter,
+    Operation.VACUUM: lambda c: vacuum(
+        c.table,
+        retention_hours=c.write.retention_hours,
+        allow_unsafe_retention=c.write.allow_unsafe_retention,
+        full=c.write.vacuum_full,
+        snapshot=c.snapshot,
+        commit=c.commit,
+    ),
 }
 BUILT_IN = frozenset(_OPERATIONS)
 #: Built-in operations whose predicate (where=, partitions) names columns.
@@ -336,6 +429,8 @@ def single_partition(declaration: WriteDeclaration) -> dict[str, Any] | None:
 
 __all__ = [
     "BUILT_IN",
+    "retention_property_hours",
+    "vacuum",
     "PREDICATE_OPERATIONS",
     "DeltaJob",
     "DeltaRsTarget",

@@ -64,6 +64,12 @@ OPERATION_SQL: Mapping[Operation, str] = {
         "options => map('rewrite-all', 'true'))"
     ),
     Operation.ALTER_METADATA: "ALTER TABLE {t} ADD COLUMN note_{role} STRING",
+    # Every snapshot but the current one: the shortest retention there is (the unsafe form,
+    # which occflow's operators refuse unless told allow_unsafe_retention=True).
+    Operation.EXPIRE_SNAPSHOTS: (
+        "CALL {catalog}.system.expire_snapshots(table => '{ident}', "
+        "older_than => TIMESTAMP '2999-01-01 00:00:00', retain_last => 1)"
+    ),
 }
 
 _counter = itertools.count()
