@@ -24,6 +24,10 @@ from .operations import Operation
 from .partvalues import column_type
 from .profiles import PROFILES, Profile, get_profile
 from .profiles.delta_rlc import DBX_RLC_ZORDER, ZORDER_PROFILE
+from .tablereach import OlderSpec as OlderSpec
+from .tablereach import Reach as Reach
+from .tablereach import physical_key_column as physical_key_column
+from .tablereach import reach as table_reach
 
 
 class _CommitterFormats(Mapping[str, str]):
@@ -84,6 +88,14 @@ class TableFacts:
     (``"int"``, ``"date"``, ``"decimal(10,2)"``), for ``core.partvalues`` to cast literals the way
     the engine does (issue 33: ``p = '07'`` on an INT column is ``p=7``). A partition column left
     out has a type occflow does not know: its type-dependent literals reach the whole table.
+    ``older_specs``: Iceberg partition specs other than the current one that still have live data
+    files; a row-level write whose condition does not keep out of their files rewrites them
+    (``reach``). ``physical_columns``: partition column -> the physical column its values are
+    stored under, where Delta column mapping makes them differ (a rename changes what a name
+    means, never the physical column). ``runtime_filter_check``: whether a copy-on-write
+    UPDATE / DELETE / MERGE through the session that read these facts has its scan checked against
+    the table's current snapshot by Iceberg's runtime file filter, so that any commit through that
+    session meanwhile fails it, whatever its partitions; ``None``: not read from a Spark session.
     """
 
     table: str
@@ -95,6 +107,9 @@ class TableFacts:
     features: tuple[str, ...] = ()
     primary_key: tuple[str, ...] | None = None
     partition_column_types: Mapping[str, str] = field(default_factory=dict)
+    older_specs: tuple[OlderSpec, ...] = ()
+    physical_columns: Mapping[str, str] = field(default_factory=dict)
+    runtime_filter_check: bool | None = None
 
     def __post_init__(self) -> None:
         if self.table_format not in TABLE_FORMATS:
@@ -111,6 +126,16 @@ class TableFacts:
         object.__setattr__(self, "partition_columns", tuple(c.lower() for c in self.partition_columns))
         object.__setattr__(self, "properties", MappingProxyType({str(k): str(v) for k, v in self.properties.items()}))
         self._check_partition_column_types()
+        physical = {str(c).lower(): str(p) for c, p in self.physical_columns.items()}
+        strays = sorted(set(physical) - set(self.partition_columns))
+        if strays:
+            raise InvalidDeclarationError(
+                f"table {self.table} has no partition column {strays[0]!r} to give a physical name to; its "
+                f"partition columns are {', '.join(self.partition_columns) or '(none)'}"
+            )
+        object.__setattr__(self, "physical_columns", MappingProxyType(physical))
+        if self.older_specs and self.table_format != "iceberg":
+            raise InvalidDeclarationError(f"table {self.table} is a {self.table_format} table: only Iceberg tables keep older partition specs")
         # Read every property the profile depends on now: a value the format does not know is
         # an error when the facts are read, not when a profile is asked for.
         self._refuse_misspelt_properties()
@@ -393,6 +418,18 @@ class TableFacts:
             return f"row-level concurrency needs deletion vectors and the table's {DELETION_VECTORS} is not true"
         return f"row-level concurrency needs a table without partitions and {self.table} is partitioned by {', '.join(self.partition_columns)}"
 
+    # ------------------------------------------------------------------ a write's reach
+
+    def reach(self, operation: Operation, partitions: tuple[Mapping[str, Any], ...] | None) -> Reach:
+        """The partitions admission keys a write of ``operation`` by (``core.tablereach.reach``)."""
+        row_level_mode = (
+            self.iceberg_write_mode(operation) if self.table_format == "iceberg" and operation in _ICEBERG_ROW_LEVEL
+            else None
+        )
+        return table_reach(operation, partitions, row_level_mode=row_level_mode,
+                           runtime_filter_check=bool(self.runtime_filter_check), older_specs=self.older_specs,
+                           physical_columns=self.physical_columns)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "table": self.table,
@@ -404,12 +441,16 @@ class TableFacts:
             "features": list(self.features),
             "primary_key": None if self.primary_key is None else list(self.primary_key),
             "partition_column_types": dict(self.partition_column_types),
+            "older_specs": [spec.to_json() for spec in self.older_specs],
+            "physical_columns": dict(self.physical_columns),
+            "runtime_filter_check": self.runtime_filter_check,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TableFacts:
-        """``to_json``'s form read back; keys added since (``partition_column_types``) may be
-        missing: facts written before them load as "not known"."""
+        """``to_json``'s form read back; keys added since (``partition_column_types``,
+        ``older_specs``, ``physical_columns``, ``runtime_filter_check``) may be missing: facts
+        written before them load as "not known"."""
         if not isinstance(data, Mapping):
             raise InvalidDeclarationError(f"table facts are a JSON object, got {type(data).__name__}")
         missing = [k for k in ("table", "table_format") if k not in data]
@@ -426,4 +467,14 @@ class TableFacts:
             features=tuple(str(f) for f in data.get("features") or ()),
             primary_key=None if key is None else tuple(str(k) for k in key),
             partition_column_types={str(k): str(v) for k, v in (data.get("partition_column_types") or {}).items()},
+            older_specs=tuple(
+                OlderSpec(
+                    int(spec["spec_id"]),
+                    tuple(spec.get("fields") or ()),
+                    None if spec.get("partitions", ()) is None else tuple(spec.get("partitions") or ()),
+                )
+                for spec in data.get("older_specs") or ()
+            ),
+            physical_columns={str(k): str(v) for k, v in (data.get("physical_columns") or {}).items()},
+            runtime_filter_check=None if data.get("runtime_filter_check") is None else bool(data["runtime_filter_check"]),
         )
