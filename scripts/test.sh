@@ -2,7 +2,8 @@
 # The test command: lint, types (on a copy of the tree, as installed), then the test suite. Creates .venv/ on a fresh machine first.
 #
 # By default the suites marked `slow` (load tests, full conformance runs, fault loops) are left
-# out; under CI (CI=true) or with OCCFLOW_SLOW=1 they run afterwards, as a second pytest pass.
+# out; under CI (CI=true) or with OCCFLOW_SLOW=1 they run afterwards, as a second pytest pass,
+# and then the Spark 4 compatibility suite from .venv-spark4 (OCCFLOW_SPARK4=0 leaves it out).
 # Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,4 +33,13 @@ if [ "${CI:-}" = "true" ] || [ "${OCCFLOW_SLOW:-0}" = "1" ]; then
   set -e
   # 5: no test selected (e.g. a path argument without slow tests) is not a failure
   if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then exit "$rc"; fi
+fi
+
+# The Spark 4 compatibility suite (docs/spark-support.md), with the slow suites: from .venv-spark4
+# (PySpark 4.1, the manifest's Spark 4.1 jars), tests/spark4 (marker spark4) and the 3.5 suite's
+# tests listed in tests/spark4/reused.txt, run unchanged on the other line. About 3 minutes.
+if { [ "${CI:-}" = "true" ] || [ "${OCCFLOW_SLOW:-0}" = "1" ]; } && [ "${OCCFLOW_SPARK4:-1}" != "0" ] && [ $# -eq 0 ]; then
+  echo "== pytest (Spark 4 compatibility suite, .venv-spark4)"
+  # shellcheck disable=SC2046
+  .venv-spark4/bin/pytest -p no:cacheprovider --durations=15 tests/spark4 $(grep -v '^#' tests/spark4/reused.txt)
 fi

@@ -25,7 +25,7 @@ import pytest
 import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
-LOCKS = ("requirements.lock", "requirements-build.lock", "requirements-uv.lock")
+LOCKS = ("requirements.lock", "requirements-build.lock", "requirements-uv.lock", "requirements-spark4.lock")
 BOOTSTRAP = ROOT / "scripts" / "bootstrap.sh"
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.!+_-]+)$")

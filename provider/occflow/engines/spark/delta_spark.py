@@ -2,8 +2,9 @@
 exactly-once ledger (``DESCRIBE HISTORY``) and the commit tag as delta-spark carries it.
 
 The jars: by default the manifest's ``io.delta:delta-spark_2.12:3.3.3`` and
-``io.delta:delta-storage:3.3.3`` (``scripts/jvm/pom.xml``, resolved by the bootstrap into
-``<sys.prefix>/share/occflow/jars/``: ``jvm_artifacts.py``). Users who bring their own (matched to
+``io.delta:delta-storage:3.3.3`` under PySpark 3.5, ``io.delta:delta-spark_2.13:4.3.1`` and
+``io.delta:delta-storage:4.3.1`` under PySpark 4.1 (``scripts/jvm/pom.xml``, resolved by the
+bootstrap into ``<sys.prefix>/share/occflow/jars/``: ``jvm_artifacts.py``). Users who bring their own (matched to
 their cluster's Spark and Scala) name them in the config's ``jars`` or in
 ``OCCFLOW_DELTA_SPARK_JARS`` (comma-separated paths). Either way the list is checked against the
 running PySpark before a session starts: a delta-spark and a delta-storage jar of one version,
@@ -33,6 +34,7 @@ from .jvm_artifacts import (
     check_spark_jars,
     delta_jar_problems,
     jar,
+    line_manifest,
     running_spark,
 )
 from .settings import SparkConfigError
@@ -131,9 +133,11 @@ class DeltaFormat:
             try:
                 return [jar(DELTA_SPARK), jar(DELTA_STORAGE)]
             except SparkConfigError as exc:
+                line = line_manifest()
                 raise SparkConfigError(
                     f"Delta on Spark needs the delta-spark jars: {exc}; or bring your own: set {JARS_ENV} to "
-                    "comma-separated jar paths (delta-spark_2.12 and delta-storage for Spark 3.5) or give catalog.jars"
+                    f"comma-separated jar paths (delta-spark_{line.scala} and delta-storage for Spark {line.spark_line}) "
+                    "or give catalog.jars"
                 ) from None
         missing = [j for j in jars if "://" not in j and not Path(j).is_file()]
         if missing:
@@ -142,9 +146,10 @@ class DeltaFormat:
         problems = delta_jar_problems(jars)
         if problems:
             version, scala = running_spark()
+            _, spark, storage = line_manifest(version).artifacts
             raise SparkConfigError(
                 f"Delta jars from {origin} do not make a delta-spark for the running Spark {version} (Scala {scala}): "
-                + "; ".join(problems) + f" (the manifest's: {DELTA_SPARK.coordinate}, {DELTA_STORAGE.coordinate})"
+                + "; ".join(problems) + f" (the manifest's: {spark.coordinate}, {storage.coordinate})"
             )
         return jars
 

@@ -6,6 +6,13 @@ Maven from Maven Central, checksums verified, into ``<sys.prefix>/share/occflow/
 (``SHA256SUMS``). Spark gets the local paths: no network when a session starts.
 ``MANIFEST`` mirrors the pom (a test keeps them equal).
 
+Two Spark lines (docs/spark-support.md): 3.5 on Scala 2.12 (``MANIFEST``, the pom's default) and
+4.1 on Scala 2.13 (``SPARK_4_1``, the pom's profile ``spark-4.1``, which the bootstrap resolves
+into ``.venv-spark4/``). A venv holds one line's jars; ``jar()`` gives the running PySpark's
+line's counterpart of a manifest artifact (``line_manifest``), so a caller naming
+``ICEBERG_SPARK_RUNTIME`` gets Iceberg's Spark 4.1 runtime under PySpark 4.1. A PySpark of a
+line with no manifest is refused naming the lines there are.
+
 ``check_spark_jars`` reads the jar file names a session is given against the running PySpark (its
 Spark line and Scala build): a ``_2.13`` jar on a Scala 2.12 Spark, or an Iceberg or delta-spark
 jar built for another Spark line, is refused with one error naming the file, its coordinate and
@@ -52,8 +59,35 @@ MANIFEST = (ICEBERG_SPARK_RUNTIME, DELTA_SPARK, DELTA_STORAGE)
 SPARK_LINE = "3.5"
 SCALA_BINARY = "2.12"
 
-#: delta-spark (delta-core before 3.0) release line -> the Spark line it is built for.
+
+@dataclass(frozen=True)
+class LineManifest:
+    """One Spark line's jars: Iceberg's Spark runtime, delta-spark, delta-storage (in ``MANIFEST``'s order)."""
+
+    spark_line: str
+    scala: str
+    artifacts: tuple[Artifact, Artifact, Artifact]
+    #: The profile of scripts/jvm/pom.xml that resolves them ("" for the default) and their pins.
+    pom_profile: str
+    pins: str
+
+
+#: scripts/jvm/pom.xml's profile spark-4.1 (versions exact): the newest Spark 4 line both formats
+#: release for (Maven Central, 2026-11-28: Iceberg's runtime exists for Spark 4.0 and 4.1, not 4.2;
+#: delta-spark 4.1.0 to 4.3.1 are built on Spark 4.1.0, 4.4.0 on 4.2.0).
+SPARK_4_1 = LineManifest("4.1", "2.13", (
+    Artifact("org.apache.iceberg", "iceberg-spark-runtime-4.1_2.13", "1.12.0"),
+    Artifact("io.delta", "delta-spark_2.13", "4.3.1"),
+    Artifact("io.delta", "delta-storage", "4.3.1"),
+), "spark-4.1", "scripts/jvm/jars-spark-4.1.sha256")
+SPARK_3_5 = LineManifest(SPARK_LINE, SCALA_BINARY, MANIFEST, "", "scripts/jvm/jars.sha256")
+#: Spark line -> its manifest.
+LINES = {m.spark_line: m for m in (SPARK_3_5, SPARK_4_1)}
+
+#: delta-spark (delta-core before 3.0) release line -> the Spark line it is built for (delta-spark
+#: 4.x's poms: spark-sql_2.13 4.0.x for 4.0, 4.1.0 for 4.1 to 4.3, 4.2.0 for 4.4).
 DELTA_SPARK_LINES = {
+    "4.4": "4.2", "4.3": "4.1", "4.2": "4.1", "4.1": "4.1",
     "4.0": "4.0", "3.3": "3.5", "3.2": "3.5", "3.1": "3.5", "3.0": "3.5",
     "2.4": "3.4", "2.3": "3.3", "2.2": "3.3", "2.1": "3.3", "2.0": "3.2",
     "1.2": "3.2", "1.1": "3.2", "1.0": "3.1",
@@ -70,8 +104,29 @@ def jars_dir() -> Path:
     return Path(os.environ.get(JARS_DIR_ENV) or Path(sys.prefix) / "share" / "occflow" / "jars")
 
 
+def line_manifest(spark_version: str | None = None) -> LineManifest:
+    """The manifest of ``spark_version``'s line (default: the running PySpark's; 3.5 without
+    PySpark); ``SparkConfigError`` naming the lines there are for a line with none."""
+    if spark_version is None:
+        try:
+            spark_version = running_spark()[0]
+        except ImportError:
+            return SPARK_3_5
+    line = ".".join(spark_version.split(".")[:2])
+    found = LINES.get(line)
+    if found is None:
+        raise SparkConfigError(
+            f"PySpark {spark_version} is Spark {line}, for which occflow pins no Iceberg or Delta jars; the "
+            f"manifest (scripts/jvm/pom.xml) has Spark {' and '.join(sorted(LINES))}: install one of those PySparks"
+        )
+    return found
+
+
 def jar(artifact: Artifact) -> str:
-    """The local path of the manifest's ``artifact``."""
+    """The local path of the manifest's ``artifact``, or of its counterpart in the running
+    PySpark's line (``line_manifest``): a venv holds the jars of its own Spark line only."""
+    if artifact in MANIFEST:
+        artifact = line_manifest().artifacts[MANIFEST.index(artifact)]
     path = jars_dir() / artifact.file_name
     if not path.is_file():
         raise SparkConfigError(
@@ -86,9 +141,12 @@ def running_spark() -> tuple[str, str]:
     import pyspark  # optional heavy dependency
 
     version = str(pyspark.__version__)
+    # A Connect-only client (pyspark-client) has no jars: its line's Scala is the manifest's.
     libraries = sorted((Path(pyspark.__file__).parent / "jars").glob("scala-library-*.jar"))
-    scala = ".".join(libraries[-1].name[len("scala-library-"):].split(".")[:2]) if libraries else SCALA_BINARY
-    return version, scala
+    if libraries:
+        return version, ".".join(libraries[-1].name[len("scala-library-"):].split(".")[:2])
+    line = LINES.get(".".join(version.split(".")[:2]))
+    return version, line.scala if line is not None else SCALA_BINARY
 
 
 def _name(path: str) -> str:
@@ -142,9 +200,10 @@ def check_spark_jars(jars: Iterable[str], *, origin: str = "") -> None:
     problems = jar_problems(jars, version, scala)
     if problems:
         source = f" (from {origin})" if origin else ""
+        line = LINES.get(".".join(version.split(".")[:2]), SPARK_3_5)
         raise SparkConfigError(
             f"jars that do not fit the running Spark {version} (Scala {scala}){source}: " + "; ".join(problems)
-            + f". The manifest's jars for Spark {SPARK_LINE} / Scala {SCALA_BINARY} are in {jars_dir()}"
+            + f". The manifest's jars for Spark {line.spark_line} / Scala {line.scala} are in {jars_dir()}"
         )
 
 
@@ -156,7 +215,7 @@ def delta_jar_problems(jars: Iterable[str]) -> list[str]:
     storage = [m for m in map(_DELTA_STORAGE_JAR.match, names) if m]
     problems = []
     if not spark:
-        problems.append(f"no delta-spark_{SCALA_BINARY}-X.jar among {', '.join(names)}")
+        problems.append(f"no delta-spark_<scala>-X.jar among {', '.join(names)}")
     if not storage and not any(m["artifact"] == "delta-core" for m in spark):
         problems.append(f"no delta-storage-X.jar among {', '.join(names)}")
     if spark and storage:
@@ -174,12 +233,17 @@ __all__ = [
     "DELTA_STORAGE",
     "ICEBERG_SPARK_RUNTIME",
     "JARS_DIR_ENV",
+    "LINES",
     "MANIFEST",
+    "SPARK_3_5",
+    "SPARK_4_1",
     "Artifact",
+    "LineManifest",
     "check_spark_jars",
     "delta_jar_problems",
     "jar",
     "jar_problems",
     "jars_dir",
+    "line_manifest",
     "running_spark",
 ]

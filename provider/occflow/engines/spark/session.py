@@ -28,7 +28,7 @@ from ...core.operations import Operation, parse_operation
 from ...core.secrets import is_secret_name
 from ..ledger import CommitRefused
 from ..outcome import WriteOutcome
-from . import submit_files
+from . import connect, submit_files
 from .attempt_fence import session_conf
 from .config import SparkConfig
 from .errors import classify_error, error_info
@@ -60,6 +60,10 @@ class SparkEngine:
         with _session_lock:
             if self._spark is not None and not _stopped(self._spark):
                 return self._spark
+            if self.config.remote:
+                # Over Connect the server's jars and extensions serve the job: it must answer, and
+                # have the format's, before anything runs or is made here (connect.py).
+                connect.check_answers(self.config.remote)
             self.format.prepare()
             from pyspark.sql import SparkSession  # optional heavy dependency
 
@@ -68,8 +72,14 @@ class SparkEngine:
                 for key, value in self.config.spark_conf().items():
                     if key not in _STATIC_KEYS and not key.startswith("spark.ui"):
                         builder = builder.config(key, value)
-                self._spark = builder.getOrCreate()
-                return self._spark
+                spark = builder.getOrCreate()
+                try:
+                    connect.check_server(spark, self.config.remote, self.format.name, self.format.spark_conf())
+                except SparkConfigError:
+                    spark.stop()  # a session that cannot serve the job is not left behind
+                    raise
+                self._spark = spark
+                return spark
             builder = SparkSession.builder.master(self.config.master)
             # The log settings act only when this call starts the JVM; a running one keeps its own.
             # On Iceberg the catalog, on Delta the log store, checks each attempt's lease inside its
