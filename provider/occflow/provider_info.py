@@ -62,6 +62,7 @@ def get_provider_info() -> dict[str, Any]:
         "occflow.operators.spark",
         "occflow.operators.spark_submit",
         "occflow.operators.delta",
+        "occflow.operators.pyiceberg",
         MAXCOMPUTE_OPERATOR_MODULE,
     ]
     connection_types: list[dict[str, Any]] = [

@@ -34,10 +34,10 @@ def test_every_engine_folder_has_exactly_one_spec() -> None:
 
 def test_a_folder_without_a_spec_is_named(tmp_path: Path) -> None:
     # The planted violation: a copy of the engine folders' layout with one more folder.
-    for folder in [*registry.engine_folders(), "pyiceberg"]:
+    for folder in [*registry.engine_folders(), "duckdb"]:
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "__init__.py").write_text("")
-    assert registry.unregistered_folders(tmp_path) == ["pyiceberg"]
+    assert registry.unregistered_folders(tmp_path) == ["duckdb"]
 
 
 @pytest.mark.parametrize("spec", engines.engine_specs(), ids=lambda s: s.name)
@@ -83,7 +83,7 @@ def test_a_spec_refuses_a_committer_of_an_unknown_format_or_two_of_one() -> None
 def test_names_resolve_to_one_spec_and_unknown_names_list_the_known() -> None:
     assert engines.engine_spec("spark") is engines.SPARK
     assert engines.committer("SPARK-DELTA").name == "delta-spark"
-    with pytest.raises(InvalidDeclarationError, match="unknown engine 'duckdb'; engines: delta-rs, spark, maxcompute"):
+    with pytest.raises(InvalidDeclarationError, match="unknown engine 'duckdb'; engines: delta-rs, spark, maxcompute, pyiceberg"):
         engines.engine_spec("duckdb")
     with pytest.raises(InvalidDeclarationError, match=r"unknown engine 'duckdb'; engines: delta-rs \(delta\)"):
         engines.committer("duckdb")
@@ -228,7 +228,7 @@ def test_a_new_engine_decorates_functions_and_gets_its_advice(toy_spec: engines.
     # The operator's declaration reads the registry too: the toy's name is its table format.
     assert made.occflow_write.profile.name == "iceberg-serializable"
     assert engine_family("toy-iceberg") == ICEBERG
-    with pytest.raises(InvalidDeclarationError, match=r"engine must be one of \('delta-rs', 'spark', 'toy'\), got 'maxcompute'"):
+    with pytest.raises(InvalidDeclarationError, match=r"engine must be one of \('delta-rs', 'spark', 'pyiceberg', 'toy'\), got 'maxcompute'"):
         occflow_write(upsert, engine="maxcompute")
 
 

@@ -1,7 +1,7 @@
 """The engine registry: what each engine is, declared once, in one list every table reads.
 
 An ``EngineSpec`` is one engine folder (``engines/deltars/``, ``engines/spark/``,
-``engines/maxcompute/``): the name ``--engine`` and ``@task.occflow_write(engine=...)`` take, its
+``engines/maxcompute/``, ``engines/pyiceberg/``): the name ``--engine`` and ``@task.occflow_write(engine=...)`` take, its
 operator, its ``WriteTarget`` class, its table-facts reader, and the ``Committer`` for each table
 format it writes. A ``Committer`` is the engine as a table's facts name it (``TableFacts.engine``:
 ``delta-rs``, ``delta-spark``, ``spark-iceberg``, ``maxcompute``): its format, the family whose
@@ -153,8 +153,23 @@ MAXCOMPUTE = EngineSpec(
     commits=(Committer("maxcompute", "maxcompute", family="maxcompute", aliases=("odps",)),),
 )
 
+PYICEBERG = EngineSpec(
+    name="pyiceberg",
+    package="occflow.engines.pyiceberg",
+    operator="occflow.operators.pyiceberg:PyIcebergWriteOperator",
+    target=".target:PyIcebergTarget",
+    facts=".facts:pyiceberg_table_facts",
+    runs_functions=True,
+    commits=(
+        # pyiceberg validates with its own checks, not Java Iceberg's: its measured matrices are
+        # pyiceberg-serializable / pyiceberg-snapshot (core/profiles/pyiceberg.py), by isolation level.
+        Committer("pyiceberg", "iceberg", family="iceberg", aliases=("py-iceberg",),
+                  conformance="occflow.engines.pyiceberg.conformance"),
+    ),
+)
+
 #: The one list. Every lookup below reads it when called.
-ENGINES: tuple[EngineSpec, ...] = (DELTA_RS, SPARK, MAXCOMPUTE)
+ENGINES: tuple[EngineSpec, ...] = (DELTA_RS, SPARK, MAXCOMPUTE, PYICEBERG)
 
 #: Committers occflow runs no engine for but a table's facts may name: Delta on Databricks
 #: Runtime, the only Delta committer with row-level concurrency (14.2+, spec 004).
@@ -257,6 +272,7 @@ __all__ = [
     "FORMAT_KINDS",
     "MAXCOMPUTE",
     "OSS_DELTA_NO_RLC",
+    "PYICEBERG",
     "SPARK",
     "TABLE_FORMATS",
     "Committer",

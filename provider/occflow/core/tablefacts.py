@@ -320,6 +320,15 @@ class TableFacts:
         return name, tuple(why)
 
     def _iceberg(self, operation: Operation | None) -> tuple[str, tuple[str, ...]]:
+        if self.engine == "pyiceberg":
+            # pyiceberg validates every write at one level, read from the update and delete
+            # levels (engines/pyiceberg/facts.py: isolation_level), with its own measured matrix.
+            chosen = {self._iceberg_choice(f"write.{k}.isolation-level", ("serializable", "snapshot"))
+                      for k in ("update", "delete")}
+            level = "snapshot" if chosen == {"snapshot"} else "serializable"
+            return f"pyiceberg-{level}", (
+                f"pyiceberg commits this table: write.update/delete.isolation-level give {level}",
+            )
         why: list[str] = []
         if operation in _ICEBERG_ROW_LEVEL:
             kind = _ICEBERG_ROW_LEVEL[operation]

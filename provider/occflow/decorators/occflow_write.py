@@ -10,7 +10,8 @@
 
 The decorated function is the job: on Spark ``(spark, job_context)`` (``SparkWriteOperator``),
 on delta-rs (``engine="delta-rs"``) ``(table, snapshot, partition, commit, context) ->
-WriteOutcome`` (``DeltaWriteOperator``). Everything else is the operator's: the declaration is
+WriteOutcome`` (``DeltaWriteOperator``), on pyiceberg (``engine="pyiceberg"``) ``(table,
+snapshot, commit, context) -> WriteOutcome`` (``PyIcebergWriteOperator``). Everything else is the operator's: the declaration is
 validated when the DAG is parsed, and every attempt goes through admission, classification and
 the conflict policy.
 """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..errors import UnknownProfileError
 from ..operations import Operation
-from . import delta, delta_rlc, deltars, iceberg, maxcompute
+from . import delta, delta_rlc, deltars, iceberg, maxcompute, pyiceberg
 from .model import Cell, Condition, Effect, OverwriteScope, Profile, RuleKind
 
 PROFILES: dict[str, Profile] = {
@@ -14,6 +14,7 @@ PROFILES: dict[str, Profile] = {
         *delta_rlc.PROFILES,
         *deltars.PROFILES,
         *iceberg.PROFILES,
+        *pyiceberg.PROFILES,
     )
 }
 
