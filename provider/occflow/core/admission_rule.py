@@ -305,6 +305,29 @@ def rule(
             return waited_for(lease.key)
         return any(waiter.pairing(lease.claim) is Pairing.APART for waiter in exclusive_ahead)
 
+    blocked, awaits, holds = _against_running(
+        newcomer, running, waited, commit_gate=commit_gate, commit_ahead=commit_ahead,
+        durations=durations if slot_wanted else None, estimate=estimate,
+    )
+    free_of_running = not blocked
+    blocked += _blocked_ahead(newcomer, waiting_ahead, commit_gate, durations, estimate, arrival, free_of_running)
+    ruling = Ruling(tuple(blocked), tuple(awaits), tuple(holds))
+    return ruling if gates is None else without_cycles(ruling, gates)
+
+
+def _against_running(
+    newcomer: Claim,
+    running: Iterable[Running[K]],
+    waited: Callable[[Running[K]], bool],
+    *,
+    commit_gate: bool,
+    commit_ahead: bool,
+    durations: Durations | None,
+    estimate: float | None,
+) -> tuple[list[Blocked[K]], list[K], list[K]]:
+    """``rule`` against the running writes: the leases that block the newcomer, those it awaits
+    and those whose commit it holds. ``durations`` None: no gate is too long (duration-blind, or
+    no other write wants a slot); ``waited``: whether a request ahead waits for that lease."""
     blocked: list[Blocked[K]] = []
     awaits: list[K] = []
     holds: list[K] = []
@@ -312,7 +335,7 @@ def rule(
         pairing = newcomer.pairing(lease.claim)
         if pairing is Pairing.TOGETHER:
             continue
-        too_long = None if durations is None or not slot_wanted else _gate_too_long(durations, pairing, estimate, lease)
+        too_long = None if durations is None else _gate_too_long(durations, pairing, estimate, lease)
         if too_long is not None and commit_gate:
             blocked.append(Blocked(lease.key, False, too_long))
         elif commit_gate and pairing is Pairing.AFTER:
@@ -322,7 +345,21 @@ def rule(
             holds.append(lease.key)
         else:
             blocked.append(Blocked(lease.key, False, _why_lease(pairing, commit_gate, commit_ahead, lease)))
-    free_of_running = not blocked
+    return blocked, awaits, holds
+
+
+def _blocked_ahead(
+    newcomer: Claim,
+    waiting_ahead: Iterable[Waiting[K]],
+    commit_gate: bool,
+    durations: Durations | None,
+    estimate: float | None,
+    arrival: float | None,
+    free_of_running: bool,
+) -> list[Blocked[K]]:
+    """``rule`` against the requests waiting ahead: those that block the newcomer (a pair no
+    gate can order), unless ahead only by a head start or longer and arrived together."""
+    blocked: list[Blocked[K]] = []
     for request in waiting_ahead:
         if durations is not None and arrival is not None and request.arrival is not None and (
                 (free_of_running and request.arrival > arrival)
@@ -332,8 +369,7 @@ def rule(
         orderable = pairing is Pairing.AFTER or (request.commit_gate and pairing is Pairing.BEFORE)
         if pairing is not Pairing.TOGETHER and not (commit_gate and orderable):
             blocked.append(Blocked(request.key, True, f"waiting ahead, {_said(pairing, commit_gate)}"))
-    ruling = Ruling(tuple(blocked), tuple(awaits), tuple(holds))
-    return ruling if gates is None else without_cycles(ruling, gates)
+    return blocked
 
 
 def _gate_too_long(durations: Durations, pairing: Pairing, estimate: float | None, lease: Running[K]) -> str | None:

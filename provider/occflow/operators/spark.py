@@ -10,7 +10,7 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from ..core.declaration import WriteDeclaration
+from ..core.declaration import WriteDeclaration, resolve_profile
 from ..core.errors import InvalidDeclarationError
 from ..core.operations import check_retention, statement_retention_hours
 from ..core.sql import check_sql_write, job_text
@@ -21,7 +21,7 @@ from ..engines.spark.target import SparkJob, SparkTarget, spark_engine
 from ..hooks.spark import DEFAULT_CONN_ID, OccflowSparkHook
 from .assets import TABLE_SCHEMES, catalog_table_uri
 from .base import OccflowWriteOperator
-from .derived import settle
+from .derived import Settled, settle
 from .lineage import spark_table_location
 
 _TEMPLATE_MARK = ("{{", "{%")
@@ -158,13 +158,8 @@ class SparkWriteOperator(OccflowWriteOperator):
                 f"{self.task_id}: schema / partition_by need create_if_missing=True"
             )
         self.occflow_write, sql_catalog = spark_declaration(self.occflow_write, self.spark_config)
-        if self.sql is not None and not templated(self.sql):
-            checked_sql(self.sql, self.occflow_write, sql_catalog, self.task_id)  # a DAG import error
-        elif self.sql is not None and not derives["operation"]:
-            check_templated_operation(self.sql, self.occflow_write, self.task_id)
         self.allow_unsafe_retention = allow_unsafe_retention
-        if self.sql is not None and not templated(self.sql):  # a DAG import error too
-            check_sql_retention(self.sql, self.occflow_write, allow_unsafe_retention, self.task_id)
+        self._check_sql_at_parse_time(sql_catalog)
         self.partition_columns = _hinted_columns(partition_columns, self.partition_by, self.task_id)
         if self.partition_columns and derives["partitions"] and self.sql is not None and not templated(self.sql):
             # Parse time: the partitions the SQL names under the hinted columns (never narrower
@@ -173,9 +168,37 @@ class SparkWriteOperator(OccflowWriteOperator):
             self.occflow_write = replace(self.occflow_write, partitions=derived.partitions)
         self.declare_table_outlet()
 
+    def _check_sql_at_parse_time(self, sql_catalog: str | None) -> None:
+        """A SQL job checked when the DAG is parsed, so a refusal is a DAG import error: without
+        templates, exactly the declared write with a safe retention; with templates, only its
+        declared operation where the text reads as SQL (the rest once rendered, in ``declare``)."""
+        if self.sql is None:
+            return
+        if not templated(self.sql):
+            checked_sql(self.sql, self.occflow_write, sql_catalog, self.task_id)
+            check_sql_retention(self.sql, self.occflow_write, self.allow_unsafe_retention, self.task_id)
+        elif not self.derives["operation"]:
+            check_templated_operation(self.sql, self.occflow_write, self.task_id)
+
     def table_asset_uri(self) -> str | None:
         return spark_asset_uri(
             self.table, self.occflow_write.profile.table_format, self.spark_config, self.occflow_spark_conn_id
+        )
+
+    @classmethod
+    def parse_time_asset_uri(cls, kwargs: Mapping[str, Any]) -> str | None:
+        """The URI ``table_asset_uri`` builds, from a mapped task's ``.partial`` arguments:
+        ``table``, ``table_format`` or ``profile``, and ``spark_config`` or the connection id.
+        ``None`` (no outlet) when ``.partial`` leaves the table or its format to ``expand``."""
+        table, profile, table_format = kwargs.get("table"), kwargs.get("profile"), kwargs.get("table_format")
+        if not isinstance(table, str) or (profile is None and table_format is None):
+            return None
+        config = kwargs.get("spark_config")
+        return spark_asset_uri(
+            table,
+            resolve_profile(profile, table_format).table_format,
+            None if config is None else dict(config),
+            str(kwargs.get("occflow_spark_conn_id", DEFAULT_CONN_ID)),
         )
 
     def declare(self) -> WriteDeclaration:
@@ -227,6 +250,12 @@ class SparkWriteOperator(OccflowWriteOperator):
         if facts is not None:  # declared values as the engine compares them: {"p": "07"} on INT is p=7
             declaration = declaration.with_typed_partitions(facts.partition_column_types, facts.engine)
         settled = settle(declaration, derived, profile, facts, derive_partitions=self.derives["partitions"])
+        if facts is not None and settled.declaration.partitions is not None:
+            # What the table and the session add (issue 33): an older Iceberg spec with live files
+            # or the runtime file filter makes the write's reach the whole table; only widened here.
+            reach = facts.reach(settled.declaration.operation, settled.declaration.partitions)
+            if reach.partitions is None:
+                settled = Settled(replace(settled.declaration, partitions=None), (*settled.why, *reach.why))
         self.profile = settled.declaration.profile.name  # the retry policy follows the table's matrix
         self.log.info("declared from the SQL and the table: %s", "; ".join(settled.why))
         return settled.declaration

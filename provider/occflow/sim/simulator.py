@@ -34,7 +34,7 @@ from ..core.operations import Operation
 from ..core.policy import Action
 from ..core.profiles import Profile
 from .engine import Footprint, Lost, TableLog, overlap, table_logs
-from .metrics import LowerBound, Metrics, percentile
+from .metrics import LowerBound, Metrics
 from .policies import (
     AGED,
     ORACLE,
@@ -46,6 +46,7 @@ from .policies import (
     commit_order,
 )
 from .runs import Attempt, JobOutcome, Peaks, Run, oracle_run, workload_bound
+from .tally import Tally
 from .workload import Job, Workload
 
 # Like Airflow's scheduler, which examines a bounded batch of queued tasks per loop
@@ -110,20 +111,6 @@ class _Gates(Mapping[int, Collection[int]]):
         return len(self.live)
 
 
-class _Tally:
-    """The metrics, summed in the order attempts end (the same with or without a history)."""
-
-    __slots__ = ("attempts", "failed_attempts", "held", "kinds", "latencies", "makespan", "statuses",
-                 "useful", "wasted")
-
-    def __init__(self) -> None:
-        self.useful = self.wasted = self.held = self.makespan = 0.0
-        self.attempts = self.failed_attempts = 0
-        self.kinds: Counter[str] = Counter()
-        self.statuses: Counter[str] = Counter()
-        self.latencies: list[float] = []
-
-
 class _Simulation:
     skip_same_shape = True  # the tests turn it off to check that it changes nothing
 
@@ -162,7 +149,7 @@ class _Simulation:
         self.ready_at: dict[int, float] = {}  # maintenance with an age limit: when it became ready
         self.durations = policy.admission.durations if self.holds_commits else None
         self.admitted_now: list[tuple[int, int]] = []  # the jobs the running pass has admitted
-        self.tally = _Tally()
+        self.tally = Tally()
         self.attempts: list[Attempt] = []
         self.outcomes: dict[int, JobOutcome] = {}
         self.peak_waiting = self.peak_live = self.peak_retained = 0
@@ -484,34 +471,7 @@ class _Simulation:
 
     # -- results
     def metrics(self, bound: LowerBound) -> Metrics:
-        t = self.tally
-        useful, wasted, makespan = t.useful, t.wasted, t.makespan
-        slot_seconds = self.workload.slots * makespan
-        return Metrics(
-            policy=self.policy.name,
-            makespan=makespan,
-            lower_bound=bound.value,
-            makespan_over_bound=(makespan / bound.value if bound.value else 0.0)
-            if t.statuses["committed"] == len(self.jobs) else None,
-            useful_seconds=useful,
-            wasted_seconds=wasted,
-            busy_slot_seconds=useful + wasted,
-            held_waiting_seconds=t.held,
-            slot_seconds=slot_seconds,
-            useful_fraction=useful / slot_seconds if slot_seconds else 0.0,
-            wasted_fraction=wasted / (useful + wasted) if useful + wasted else 0.0,
-            attempts=t.attempts,
-            failed_attempts=t.failed_attempts,
-            jobs=len(self.jobs),
-            committed=t.statuses["committed"],
-            skipped=t.statuses["skipped"],
-            failed=t.statuses["failed"],
-            latency_p50=percentile(t.latencies, 0.5),
-            latency_p95=percentile(t.latencies, 0.95),
-            failures_by_kind=dict(sorted(t.kinds.items())),
-            description=self.policy.describe(),
-            admission_latency=self.policy.wait_start_delay,
-        )
+        return self.tally.metrics(self.policy, self.workload.slots, len(self.jobs), bound)
 
     def peaks(self) -> Peaks:
         return Peaks(self.peak_waiting, self.peak_live, self.peak_retained)

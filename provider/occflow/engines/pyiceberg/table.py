@@ -279,7 +279,12 @@ class PyIcebergTable:
                 classification=classify(exc), tag=tag,
             )
             return lost.with_winner(self._winner(lost, read_id, read_metadata, commit_id, scope))
-        seconds = time.perf_counter() - start
+        return self._committed(operation, commit_id, tag, result, time.perf_counter() - start)
+
+    def _committed(
+        self, operation: Operation, commit_id: str, tag: dict[str, str], result: dict[str, Any] | None, seconds: float
+    ) -> WriteOutcome:
+        """The outcome of a write whose engine call returned: its own snapshots, found by its id."""
         after = self.load()
         ours = [s for s in after.snapshots() if s.summary is not None and s.summary[COMMIT_ID_KEY] == commit_id]
         # A schema change is ours when the labels it set in the table's properties carry our id.
