@@ -335,6 +335,11 @@ class TableFacts:
             level = self.iceberg_isolation_level(operation)
             why.append(f"write.{kind}.isolation-level is {level}{self._default_note(f'write.{kind}.isolation-level')}")
             why.append(f"write.{kind}.mode is {self.iceberg_write_mode(operation)}{self._default_note(f'write.{kind}.mode')}")
+            if level == "snapshot" and self.runtime_filter_check and self.iceberg_write_mode(operation) == "copy-on-write":
+                # The runtime file filter fails the write on any commit through its session, an
+                # append included, which the snapshot matrix lets commit beside it (issue 33 item 3).
+                level = "serializable"
+                why.append("the session's runtime file filter fails it on any concurrent commit: held to serializable")
         else:
             levels = {op: self.iceberg_isolation_level(op) for op in _ICEBERG_ROW_LEVEL}
             distinct = sorted(set(levels.values()))
