@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from tabulate import tabulate
 
@@ -224,6 +224,20 @@ class ConformanceReport:
                 for r in self.results
             ],
         }
+
+
+def pair_rows(part: str, ids: Sequence[int], value: int) -> Any:
+    """The rows a job of a pair writes, as an Arrow table (``id``, ``part``, ``value``): the one
+    shape the Arrow-writing runners (delta-rs, pyiceberg) race with."""
+    import pyarrow as pa  # optional heavy dependency
+
+    return pa.table(
+        {
+            "id": pa.array(list(ids), pa.int64()),
+            "part": pa.array([part] * len(ids), pa.string()),
+            "value": pa.array([value] * len(ids), pa.int64()),
+        }
+    )
 
 
 def parse_pair(text: str) -> tuple[Operation, Operation]:

@@ -7,14 +7,14 @@ from __future__ import annotations
 import contextlib
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...core.errors import InvalidDeclarationError
 from ...core.operations import Operation
-from ..conformance import Observation
+from ..conformance import Observation, pair_rows
 from ..outcome import WriteOutcome
 from .commit import CommitOptions
 from .predicates import Compare, Where
@@ -35,18 +35,6 @@ _ISOLATION = {
 }
 
 
-def _rows_table(part: str, ids: Sequence[int], value: int) -> Any:
-    import pyarrow as pa  # optional heavy dependency
-
-    return pa.table(
-        {
-            "id": pa.array(list(ids), pa.int64()),
-            "part": pa.array([part] * len(ids), pa.string()),
-            "value": pa.array([value] * len(ids), pa.int64()),
-        }
-    )
-
-
 @dataclass(frozen=True)
 class PairJobs:
     """How each canonical operation is run on partition ``a`` by one job of a pair.
@@ -62,10 +50,10 @@ class PairJobs:
         base = 100 if role == "earlier" else 200
         commit = CommitOptions(metadata={"occflow.conformance": f"{role}:{op.value}"})
         if op is Operation.INSERT_INTO:
-            return self.table.append(_rows_table(PAIR_PARTITION, [base + 1], base), snapshot=snapshot, commit=commit)
+            return self.table.append(pair_rows(PAIR_PARTITION, [base + 1], base), snapshot=snapshot, commit=commit)
         if op is Operation.INSERT_OVERWRITE:
             return self.table.overwrite(
-                _rows_table(PAIR_PARTITION, [base + 1, base + 2], base), partition=part, snapshot=snapshot, commit=commit
+                pair_rows(PAIR_PARTITION, [base + 1, base + 2], base), partition=part, snapshot=snapshot, commit=commit
             )
         if op is Operation.TRUNCATE:
             return self.table.truncate(partition=part, snapshot=snapshot, commit=commit)
@@ -79,7 +67,7 @@ class PairJobs:
             keep = 1 if role == "earlier" else 2
             return self.table.delete(Where((Compare("id", "!=", keep),)), partition=part, snapshot=snapshot, commit=commit)
         if op is Operation.MERGE:
-            source = _rows_table(PAIR_PARTITION, [1 if role == "earlier" else 2, base + 5], base)
+            source = pair_rows(PAIR_PARTITION, [1 if role == "earlier" else 2, base + 5], base)
             return self.table.merge(source, ["id"], partition=part, snapshot=snapshot, commit=commit)
         if op is Operation.OPTIMIZE:
             return self.table.optimize(partition=part, snapshot=snapshot, commit=commit)
@@ -126,16 +114,16 @@ class DeltaRsPairRunner:
         table = DeltaRsTable(path)
         steps = [
             table.create(
-                _rows_table(PAIR_PARTITION, [1, 2], 0),
+                pair_rows(PAIR_PARTITION, [1, 2], 0),
                 partition_by=["part"],
                 configuration={"delta.isolationLevel": self.isolation},
             ),
-            table.append(_rows_table(PAIR_PARTITION, [3, 4], 0)),
-            table.append(_rows_table(OTHER_PARTITION, [1, 2], 0)),
+            table.append(pair_rows(PAIR_PARTITION, [3, 4], 0)),
+            table.append(pair_rows(OTHER_PARTITION, [1, 2], 0)),
         ]
         if tombstone:
             steps.append(
-                table.overwrite(_rows_table(OTHER_PARTITION, [1, 2], 1), partition={"part": OTHER_PARTITION})
+                table.overwrite(pair_rows(OTHER_PARTITION, [1, 2], 1), partition={"part": OTHER_PARTITION})
             )
         for step in steps:
             if not step.committed:

@@ -16,14 +16,14 @@ import contextlib
 import shutil
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ...core.errors import InvalidDeclarationError
 from ...core.operations import Operation
-from ..conformance import Observation
+from ..conformance import Observation, pair_rows
 from ..outcome import WriteOutcome
 from .catalog import CatalogConfig
 from .commit import CommitOptions
@@ -36,18 +36,6 @@ OTHER_PARTITION = "b"
 NAMESPACE = "conformance"
 #: No wait between pyiceberg's commit retries: the race is already decided, waiting adds nothing.
 _TABLE_PROPERTIES = {"commit.retry.min-wait-ms": "0"}
-
-
-def _rows(part: str, ids: Sequence[int], value: int) -> Any:
-    import pyarrow as pa  # optional heavy dependency
-
-    return pa.table(
-        {
-            "id": pa.array(list(ids), pa.int64()),
-            "part": pa.array([part] * len(ids), pa.string()),
-            "value": pa.array([value] * len(ids), pa.int64()),
-        }
-    )
 
 
 @dataclass(frozen=True)
@@ -63,9 +51,9 @@ class PairJobs:
         base = 100 if role == "earlier" else 200
         commit = CommitOptions(metadata={"occflow.conformance": f"{role}:{op.value}"})
         if op is Operation.INSERT_INTO:
-            return self.table.append(_rows(PAIR_PARTITION, [base + 1], base), snapshot=snapshot, commit=commit)
+            return self.table.append(pair_rows(PAIR_PARTITION, [base + 1], base), snapshot=snapshot, commit=commit)
         if op is Operation.INSERT_OVERWRITE:
-            data = _rows(PAIR_PARTITION, [base + 1, base + 2], base)
+            data = pair_rows(PAIR_PARTITION, [base + 1, base + 2], base)
             if self.dynamic_overwrite:
                 return self.table.dynamic_overwrite(data, snapshot=snapshot, commit=commit)
             return self.table.overwrite(data, where=part, snapshot=snapshot, commit=commit)
@@ -83,7 +71,7 @@ class PairJobs:
             where = And(equals("part", PAIR_PARTITION), differs("id", keep))
             return self.table.delete(where, snapshot=snapshot, commit=commit)
         if op is Operation.MERGE:
-            source = _rows(PAIR_PARTITION, [1 if role == "earlier" else 2, base + 5], base)
+            source = pair_rows(PAIR_PARTITION, [1 if role == "earlier" else 2, base + 5], base)
             return self.table.merge(source, ["id"], snapshot=snapshot, commit=commit, scope=part)
         if op is Operation.ALTER_METADATA:
             return self.table.add_columns({f"added_by_{role}": "long"}, snapshot=snapshot, commit=commit)
@@ -130,7 +118,7 @@ class PyIcebergPairRunner:
         table = PyIcebergTable(self.catalog, f"{NAMESPACE}.{name}")
         properties = {**_TABLE_PROPERTIES, UPDATE_LEVEL: self.isolation, DELETE_LEVEL: self.isolation}
         table.catalog.create_table(table.identifier, schema, partition_spec=spec, properties=properties)
-        for rows in (_rows(PAIR_PARTITION, [1, 2], 0), _rows(PAIR_PARTITION, [3, 4], 0), _rows(OTHER_PARTITION, [1, 2], 0)):
+        for rows in (pair_rows(PAIR_PARTITION, [1, 2], 0), pair_rows(PAIR_PARTITION, [3, 4], 0), pair_rows(OTHER_PARTITION, [1, 2], 0)):
             step = table.append(rows)
             if not step.committed:
                 raise RuntimeError(f"could not prepare conformance table {table.identifier}: {step.error}")
