@@ -9,7 +9,7 @@ import time
 import pytest
 
 from occflow.core.operations import Operation
-from occflow.core.profiles import PROFILES, Effect, get_profile
+from occflow.core.profiles import PROFILES, get_profile
 from occflow.leases import (
     AdmissionPriorities,
     AdmissionTimeout,
