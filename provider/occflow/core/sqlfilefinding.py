@@ -58,6 +58,9 @@ FILE_FINDING: Mapping[str, FileFinding] = MappingProxyType({
     "databricks": FileFinding.WHOLE_CONDITION,
     "spark-iceberg": FileFinding.WHOLE_CONDITION,
     "maxcompute": FileFinding.WHOLE_CONDITION,
+    # pyiceberg runs no SQL (its writes take a filter expression); a statement derived for it is
+    # read with the rule that confines least, until its file pruning is measured.
+    "pyiceberg": FileFinding.KERNEL_CONJUNCTS,
 })
 
 _KERNEL_NODES = (
