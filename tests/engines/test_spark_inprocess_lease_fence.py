@@ -48,6 +48,10 @@ pytestmark = pytest.mark.spark
 
 PROFILE = "iceberg-serializable"
 TTL = 3.0  # the stalled writer's lease: lapses 3 s after its last heartbeat
+#: The control's lease, beaten every 0.5 s: a 3 s lease beaten each second leaves a quarter second
+#: for a late beat before the commit's margin, and on a loaded 2-core CI machine a beat was late
+#: (the fence then refuses, rightly); the control is about a beating keeper, not a late one.
+CONTROL_TTL = 6.0
 WAIT = 90.0  # a bound on every wait, for a loaded 2-core machine
 
 
@@ -222,12 +226,12 @@ def test_a_writer_stalled_under_a_live_lease_commits(
     spark = spark_engine(config).session()
     stall = Stall(spark, tmp_path)
     start = _snapshots(spark, table)
-    lease = store.decide(LeaseRequest.create(table, "insert_overwrite", PROFILE, [{"ds": "a"}], ttl=TTL)).lease
+    lease = store.decide(LeaseRequest.create(table, "insert_overwrite", PROFILE, [{"ds": "a"}], ttl=CONTROL_TTL)).lease
     assert lease is not None
-    with LeaseKeeper(store, lease) as keeper:
+    with LeaseKeeper(store, lease, interval=0.5) as keeper:
         writer = Running(_flow(config, table, "insert_overwrite", _overwrite(table, 10, through=stall.name), keeper))
         _wait_for("the writer's statement to run", lambda: stall.reached.exists() or not writer.thread.is_alive())
-        time.sleep(2.5 * TTL)  # stalled past the TTL; the heartbeats keep the lease live
+        time.sleep(2.5 * CONTROL_TTL)  # stalled past two TTLs; the heartbeats keep the lease live
         stall.go()
         writer.join()
     store.release(lease)
