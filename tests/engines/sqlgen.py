@@ -14,6 +14,8 @@ actions. Every partition a file was added to or removed from must lie in
 ``derive_write(sql).partitions`` (``None``, the whole table, holds everything). Partition values
 are compared in the one spelling partition keys use (``core.identifiers.canonical_value``); a
 range bound that does not compare with a value holds it, as admission's overlap rule reads it.
+Tables with evolved Iceberg partition specs, whose footprints go through ``TableFacts.reach``
+(``Engine.table_facts``) and whose old-spec files are ``OldSpecFile``: ``sqlgen_evolved.py``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any, Protocol
 from occflow.core.errors import InvalidDeclarationError
 from occflow.core.identifiers import canonical_value
 from occflow.core.sqlderive import DerivedWrite, derive_write
+from occflow.core.tablefacts import TableFacts
 
 PARTITION_COLUMNS = ("ds", "region")
 DAYS = ("2024-01-01", "2024-01-02", "2024-01-03")
@@ -604,6 +607,27 @@ def value_holds(constraint: Any, raw: str | None, spelled_type: str | None = Non
     return True
 
 
+@dataclass(frozen=True)
+class OldSpecFile:
+    """A touched file written under a partition spec older than the table's current one (issue
+    33): its spec id, the values of that spec's identity fields (column, value as the engine
+    records it) and ``rows``: the current-spec partitions (tuples in the table's partition column
+    order) of every row the base table's files of that old partition hold, read from the rows
+    themselves (Iceberg's ``_file`` column).
+
+    A file is the unit two writes conflict on, so every write that touches it must be keyed by
+    all of its rows' partitions, not only the ones it changes: then any two such writes overlap.
+    A footprint holds the file when it holds every one of ``rows``."""
+
+    spec_id: int
+    values: tuple[tuple[str, str | None], ...]
+    rows: frozenset[tuple[str | None, ...]]
+
+    def __str__(self) -> str:
+        shown = ", ".join(f"{c}={v}" for c, v in self.values) or "unpartitioned"
+        return f"spec {self.spec_id} file ({shown}) of rows {sorted(self.rows, key=str)}"
+
+
 def outside(derived: DerivedWrite, touched: set[Any], columns: Sequence[str] = PARTITION_COLUMNS,
             column_types: Mapping[str, str] | None = None, nulls_below: bool = False) -> set[Any]:
     """The touched partitions the derived footprint does not hold (``columns``: the table's
@@ -613,6 +637,10 @@ def outside(derived: DerivedWrite, touched: set[Any], columns: Sequence[str] = P
         return set()
     found = set()
     for partition in touched:
+        if isinstance(partition, OldSpecFile):
+            if outside(derived, set(partition.rows), columns, column_types, nulls_below):
+                found.add(partition)
+            continue
         values = dict(zip(columns, partition, strict=True))
         held = any(
             all(value_holds(constraint, values[column.lower()], (column_types or {}).get(column.lower()), nulls_below)
@@ -648,6 +676,12 @@ class Engine(Protocol):
         """Run ``statement`` from the base table state; the partitions of every file it added or
         removed; the table is back in its base state afterwards. ``Rejected`` if the engine
         refuses it."""
+        ...
+
+    def table_facts(self, table: str) -> TableFacts | None:
+        """The table's facts as occflow's reader read them from the engine, when a write's
+        footprint goes through ``TableFacts.reach`` as the operator's does (evolved Iceberg
+        specs); ``None``: the derivation's partitions as they are."""
         ...
 
 
@@ -703,6 +737,9 @@ class IcebergOnSpark:
     def _files(self, table: str) -> dict[str, Partition]:
         rows = self.spark.sql(f"SELECT file_path, partition.ds, partition.region FROM {table}.files").collect()
         return {r[0]: (r[1], r[2]) for r in rows}
+
+    def table_facts(self, table: str) -> TableFacts | None:
+        return None  # a table never evolved: the derivation's partitions are the footprint
 
     def touched(self, statement: Statement) -> set[Partition]:
         table, spark = statement.table, self.spark
@@ -763,6 +800,9 @@ class DeltaRs:
         pa = self.pa
         schema = pa.schema([("id", pa.int64()), ("ds", pa.string()), ("region", pa.string()), ("v", pa.int64())])
         return pa.Table.from_pylist([dict(zip(("id", "ds", "region", "v"), r, strict=True)) for r in rows], schema=schema)
+
+    def table_facts(self, table: str) -> TableFacts | None:
+        return None  # a table never evolved: the derivation's partitions are the footprint
 
     def touched(self, statement: Statement) -> set[Partition]:
         from deltalake import DeltaTable, write_deltalake  # optional heavy dependency
@@ -1192,6 +1232,10 @@ def check(statement: Statement, engine: Engine, *, run_refused: bool = False) ->
             if touched:
                 return "refused_ran", (str(exc), touched)
         return "refused", str(exc)
+    facts = engine.table_facts(statement.table)
+    if facts is not None:  # as SparkWriteOperator.declare_from_table widens it: older specs, the runtime filter
+        reach = facts.reach(derived.operation, derived.partitions)
+        derived = dataclasses.replace(derived, partitions=reach.partitions, why=(*derived.why, *reach.why))
     if derived.partitions is None:
         return "whole", derived
     try:
