@@ -2,7 +2,7 @@
 real engine from the same base table, and every partition its commit really touched checked
 against the footprint ``occflow.core.sqlderive.derive_write`` derived from its text.
 
-    .venv/bin/python bench/fuzz_derivation.py --count 3000 --seed S [--engine iceberg|deltars|both] [--tables plain|typed|both]
+    .venv/bin/python bench/fuzz_derivation.py --count 3000 --seed S [--engine iceberg|deltars|both] [--tables plain|typed|evolved|both|all]
 
 Every derivation is given the table's partition column types (``column_types=``). ``plain``: the
 table partitioned by two STRING columns (ds, region); ``typed``: p INT, d DATE, b BOOLEAN, hh
@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib import machine  # noqa: E402
 from sqlgen import DeltaRs, IcebergOnSpark, Tally, TypedDeltaRs, TypedIcebergOnSpark, fuzz  # noqa: E402
+from sqlgen_evolved import evolved_engines, fuzz_evolved  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "fuzz_derivation.json"
 
@@ -51,10 +52,12 @@ def run_iceberg(seed: int, count: int, home: Path, tables: str) -> list[Tally]:
     spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.db")
     out: list[Tally] = []
     try:
-        if tables in ("plain", "both"):
+        if tables in ("plain", "both", "all"):
             out.append(fuzz(IcebergOnSpark(spark), seed, count, "spark", progress=_progress))
-        if tables in ("typed", "both"):
+        if tables in ("typed", "both", "all"):
             out.append(fuzz(TypedIcebergOnSpark(spark), seed, count, "spark", progress=_progress, run_refused=True))
+        if tables in ("evolved", "all"):  # Delta has no partition evolution: Iceberg only
+            out.append(fuzz_evolved(evolved_engines(spark), seed, count))
         return out
     finally:
         engine.stop()
@@ -62,9 +65,9 @@ def run_iceberg(seed: int, count: int, home: Path, tables: str) -> list[Tally]:
 
 def run_deltars(seed: int, count: int, home: Path, tables: str) -> list[Tally]:
     out: list[Tally] = []
-    if tables in ("plain", "both"):
+    if tables in ("plain", "both", "all"):
         out.append(fuzz(DeltaRs(home / "delta"), seed, count, "deltars", progress=_progress))
-    if tables in ("typed", "both"):
+    if tables in ("typed", "both", "all"):
         out.append(fuzz(TypedDeltaRs(home / "delta"), seed, count, "deltars", progress=_progress, run_refused=True))
     return out
 
@@ -74,7 +77,7 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=3000, help="statements per engine")
     parser.add_argument("--seed", type=int, default=None, help="default: a fresh one, printed")
     parser.add_argument("--engine", choices=["iceberg", "deltars", "both"], default="both")
-    parser.add_argument("--tables", choices=["plain", "typed", "both"], default="both")
+    parser.add_argument("--tables", choices=["plain", "typed", "evolved", "both", "all"], default="both")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1, 10**6)
     print(f"seed {seed}, {args.count} statements per engine", flush=True)
