@@ -7,7 +7,11 @@ Spark session); its facts decide the profile. The output names the operation, th
 conflicts with under that profile, and, for each ``--against`` job, whether it may start while
 that one runs: the one admission rule the lease store and the simulator apply
 (``core.admission_rule.rule``: the footprints' reach on the engine, the matrix cells in both
-commit orders, and with commit gates the order they keep), with a reason that says what decided. A MaxCompute table
+commit orders, and with commit gates the order they keep), with a reason that says what decided.
+Each job is keyed as ``SparkWriteOperator.declare`` keys it for its lease: by the table's reach
+(``TableFacts.reach``: an older Iceberg spec with live files or the session's runtime file filter
+make it the whole table, Delta column mapping keys it by physical columns), whose reasons join
+``why``. A MaxCompute table
 (``--table-format maxcompute*``) is read as ``MaxComputeWriteOperator`` reads its SQL
 (``engines.maxcompute.sql``): MaxCompute's ``ALTER TABLE t [PARTITION (...)] COMPACT MINOR | MAJOR``
 and ``... MERGE SMALLFILES`` (``core.sqlread.read_alter_write``), a MERGE held to UPDATE's row.
@@ -31,6 +35,7 @@ from ..core.footprint import footprints_overlap
 from ..core.identifiers import canonical_table
 from ..core.operations import Operation
 from ..core.profiles import Cell, Profile
+from ..core.ranges import spec_json
 from ..core.sqlderive import DerivedWrite, derive_write
 from ..core.sqlread import (
     MAXCOMPUTE_ALTER_FORMS,
@@ -41,7 +46,7 @@ from ..core.sqlread import (
     shorten,
     split_statements,
 )
-from ..core.tablefacts import TableFacts
+from ..core.tablefacts import Reach, TableFacts
 from ..engines import deltars as deltars_engine  # its modules load on first use (--delta-location)
 from ..engines import spark as spark_engine  # its modules load on first use (--spark)
 from ..engines.maxcompute.sql import read_maxcompute_write
@@ -85,30 +90,46 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 @dataclass(frozen=True)
 class Explained:
-    """One SQL job's derived write on its table, and the profile its table's facts give."""
+    """One SQL job's derived write on its table, the profile its table's facts give, and the
+    table's reach: the partitions admission keys it by once the table itself is counted."""
 
     sql: str
     derived: DerivedWrite
     facts: TableFacts
     profile: Profile
+    table_reach: Reach
 
     @property
     def why(self) -> tuple[str, ...]:
-        return (*self.derived.why, *self.facts.why(self.derived.operation))
+        return (*self.derived.why, *self.facts.why(self.derived.operation), *self.table_reach.why)
+
+    @property
+    def widened(self) -> bool:
+        """The table's reach is not the SQL's own partitions (wider, or keyed by other columns)."""
+        return bool(self.table_reach.why)
 
     @property
     def claim(self) -> Claim:
-        """What its lease would claim: the operation on its partitions (or the whole table)."""
-        return Claim(self.profile, self.derived.operation, self.derived.partition_keys())
+        """What its lease would claim: the operation on the table's reach of its partitions (or
+        the whole table), keyed as ``LeaseRequest.from_declaration`` keys a declaration."""
+        parts = self.table_reach.partitions
+        return Claim(self.profile, self.derived.operation, None if parts is None else frozenset(map(partition_key, parts)))
 
     @property
     def reach(self) -> frozenset[str] | None:
         """The partitions its commit is validated against (``None``: the whole table)."""
         return self.claim.reach
 
+    def reach_json(self) -> dict[str, Any]:
+        """The table's reach: the partitions admission keys the job by (``null``: the whole
+        table) and why they differ from the SQL's (empty: they do not)."""
+        parts = self.table_reach.partitions
+        return {"partitions": None if parts is None else [spec_json(p) for p in parts], "why": list(self.table_reach.why)}
+
     def to_json(self) -> dict[str, Any]:
         out = dict(self.derived.to_json())
-        out.update(profile=self.profile.name, why=list(self.why), table_facts=self.facts.to_json())
+        out.update(profile=self.profile.name, why=list(self.why), table_reach=self.reach_json(),
+                   table_facts=self.facts.to_json())
         return out
 
 
@@ -214,7 +235,8 @@ def explain_job(sql: str, facts: TableFacts) -> Explained:
                 "explain it with --table-format maxcompute-transactional (or maxcompute)"
             )
         derived = derive_write(sql, facts.partition_columns, facts.engine, column_types=facts.partition_column_types)
-    return Explained(sql, derived, facts, facts.profile(derived.operation))
+    # The reach SparkWriteOperator.declare leases: the same function on the same facts.
+    return Explained(sql, derived, facts, facts.profile(derived.operation), facts.reach(derived.operation, derived.partitions))
 
 
 def explain_other(sql: str, facts: TableFacts) -> Explained | str:
@@ -230,13 +252,14 @@ def compare(job: Explained, other: Explained | str, *, commit_gate: bool = True)
     and the simulator apply (``core.admission_rule.rule``, ``other`` as the running write).
     ``commit_gate``: both hold their commit at the lease's gate, as occflow's operators do, so a
     pair clean in one commit order only runs together with that order held; without it every
-    failing cell keeps them apart.
+    failing cell keeps them apart. Both are keyed by the table's reach, as their leases are.
 
     ``conflict``: admission keeps them apart (``admission``: ``blocked``); ``admission`` is the
     ruling (``granted``, ``awaits``: this job's commit waits for the other's, ``holds``: the
     other's commit waits for this job's, ``blocked``). The reason names what decided: disjoint
     partitions, an operation whose commit the engine validates against the whole table
-    (delta-rs's appends and OPTIMIZE), the matrix cells, and the commit order kept."""
+    (delta-rs's appends and OPTIMIZE), the table's reach (older specs, the runtime filter), the
+    matrix cells, and the commit order kept."""
     if isinstance(other, str):
         return {"table": other, "conflict": False, "admission": Verdict.GRANTED.value, "commit_gate": commit_gate,
                 "reason": f"writes {other}, not {job.facts.table}"}
@@ -245,8 +268,14 @@ def compare(job: Explained, other: Explained | str, *, commit_gate: bool = True)
     overlap = footprints_overlap(mine.partitions, theirs.partitions)
     meet = footprints_overlap(mine.reach, theirs.reach)
     clash = mine.blocks(theirs)  # a commit order fails (or corrupts the data): the cells decide
-    where = f"{_where(job.derived)} vs {_where(other.derived)}"
-    if overlap:
+    where = f"{_reached(job)} vs {_reached(other)}"
+    if overlap and not footprints_overlap(job.derived.partition_keys(), other.derived.partition_keys()):
+        # Disjoint as the SQL names them; the table's reach (its why lines) is what makes them meet.
+        widened = "; ".join(dict.fromkeys(w for x in (job, other) for w in x.table_reach.why))
+        reason = (f"their partitions are disjoint as the SQL names them ({_where(job.derived)} vs "
+                  f"{_where(other.derived)}), but the table's reach makes them overlap ({where}): {widened}; "
+                  + _cells(job, other))
+    elif overlap:
         reason = f"their footprints overlap ({where}); {_cells(job, other)}"
     elif not meet:
         reason = f"their partitions are disjoint ({where})"
@@ -263,7 +292,7 @@ def compare(job: Explained, other: Explained | str, *, commit_gate: bool = True)
     if clash:
         reason += "; " + _ruled(ruling, mine.pairing(theirs), commit_gate)
     out = other.derived.to_json()
-    out.update(profile=other.profile.name, overlap=overlap, conflict=not ruling.granted,
+    out.update(profile=other.profile.name, table_reach=other.reach_json(), overlap=overlap, conflict=not ruling.granted,
                admission=ruling.verdict.value, commit_gate=commit_gate, reason=reason)
     return out
 
@@ -339,6 +368,17 @@ def _where(derived: DerivedWrite) -> str:
     return ", ".join(partition_key(p) for p in derived.partitions)
 
 
+def _reach_where(job: Explained) -> str:
+    """The table's reach as partitions (or the whole table)."""
+    parts = job.table_reach.partitions
+    return "whole table" if parts is None else ", ".join(partition_key(p) for p in parts)
+
+
+def _reached(job: Explained) -> str:
+    """The job's partitions, and its table's reach where that differs."""
+    return f"{_where(job.derived)} (reach: {_reach_where(job)})" if job.widened else _where(job.derived)
+
+
 def _plain_table(rows: list[tuple[str, ...]], headers: tuple[str, ...]) -> list[str]:
     """Left-aligned text columns two spaces apart under a dashed rule: tabulate's "simple"
     format for text, without importing tabulate and wcwidth (0.1 s of the command's start)."""
@@ -356,6 +396,7 @@ def render_text(job: Explained, against: list[dict[str, Any]]) -> str:
         f"table:        {d.table}",
         f"operation:    {d.operation.value}",
         f"partitions:   {_where(d)}",
+        *([f"reach:        {_reach_where(job)}"] if job.widened else []),
         f"reads_target: {'yes' if d.reads_target else 'no'}",
         f"profile:      {job.profile.name}",
         "why:",

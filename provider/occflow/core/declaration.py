@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,9 +17,9 @@ from .engines import table_kind
 from .errors import InvalidDeclarationError, InvalidFootprintError
 from .identifiers import canonical_location, canonical_table, shown, table_parts
 from .operations import Operation
-from .partvalues import typed_partition_spec
+from .partvalues import string_typed_columns, typed_partition_spec
 from .profiles import Cell, Profile, get_profile
-from .ranges import StringValue, canonical_spec_value, key_value_parts, string_key
+from .ranges import canonical_spec_value, key_value_parts, string_key
 from .tablefacts import TableFacts
 
 _PARTITION_COLUMN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -45,12 +45,13 @@ def validate_table_identifier(table: str) -> str:
     return table
 
 
-def partition_key(values: Mapping[str, Any]) -> str:
+def partition_key(values: Mapping[str, Any], string_columns: Collection[str] = ()) -> str:
     """``{"ds": "2024-01-01", "country": "NL"}`` -> ``"country=NL/ds=2024-01-01"``: columns
     sorted and lower-cased, values canonical (``core.identifiers.canonical_value``: ``1``,
     ``1.0`` and ``"1"`` are one value; ``"2024-1-1"``, ``date(2024, 1, 1)`` and a midnight
     ``datetime`` are ``2024-01-01``); a ``core.ranges.ValueRange`` value gives its canonical
-    bounds (``ds>=2024-01-01/ds<2024-02-01``)."""
+    bounds (``ds>=2024-01-01/ds<2024-02-01``). A text on one of ``string_columns`` (lower-cased
+    names of STRING columns) is its own spelling (``core.ranges.string_key``: ``ds='2024-5-1'``)."""
     if not isinstance(values, Mapping) or not values:
         raise InvalidFootprintError(
             f"a partition spec is a non-empty mapping of column to value, got {shown(values)}"
@@ -67,7 +68,8 @@ def partition_key(values: Mapping[str, Any]) -> str:
             raise InvalidFootprintError(
                 f"partition value for {column!r} must be a scalar, got {shown(value)}"
             )
-        parts.extend(key_value_parts(column.lower(), canonical_spec_value(column, value)))
+        as_text = column.lower() in string_columns
+        parts.extend(key_value_parts(column.lower(), canonical_spec_value(column, value, as_text=as_text)))
     return "/".join(parts)
 
 
@@ -90,12 +92,32 @@ class WriteDeclaration:
     # Where the table is, when the engine writes a location (delta-rs's ``path``): then that
     # place, not the name, is the table to admission (two names for one path are one table).
     location: str | None = None
+    # What admission keys the write by when the table says more than ``partitions`` do (issue 33:
+    # Delta column mapping keys each partition by its physical column, ``core.tablereach``);
+    # ``None``: ``partitions``. Set by the operator from the table's facts just before admission
+    # (``operators.admission.keyed_by_reach``); the report, assets and logs keep ``partitions``.
+    # Keyword-only: positional construction (``_declaration``) does not shift with it.
+    admission_partitions: tuple[Mapping[str, Any], ...] | None = dataclasses.field(default=None, kw_only=True)
+    # The partition columns the table types STRING (lower-cased; ``with_typed_partitions``): a text
+    # declared on one is the partition of that spelling, ``"2024-5-1"`` is not ``2024-05-01``. The
+    # keys say so (``partition_keys``); the values stay plain text for the engine and the report.
+    string_columns: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.string_columns, (str, bytes)) or not all(
+            isinstance(c, str) for c in self.string_columns
+        ):
+            raise InvalidDeclarationError(
+                f"string_columns is a set of column names, got {shown(self.string_columns)}"
+            )
+        object.__setattr__(self, "string_columns", frozenset(c.lower() for c in self.string_columns))
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled with its profile's name (profiles hold their validators as closures): a
         declaration crosses a process boundary (``occflow lint`` reads DAG files in a child)."""
         return (_declaration, (self.table, self.profile.name, self.operation, self.partitions,
-                               self.reads_whole_table, self.catalog, self.engine_profile, self.location))
+                               self.reads_whole_table, self.catalog, self.engine_profile, self.location,
+                               self.string_columns))
 
     def __repr__(self) -> str:
         """One line: the profile by name (its matrix is tens of KB of cells)."""
@@ -104,7 +126,8 @@ class WriteDeclaration:
         extra = "".join(
             f", {name}={value!r}" for name, value in (
                 ("reads_whole_table", self.reads_whole_table or None), ("catalog", self.catalog),
-                ("engine_profile", self.engine_profile), ("location", self.location)) if value is not None
+                ("engine_profile", self.engine_profile), ("location", self.location),
+                ("string_columns", sorted(self.string_columns) or None)) if value is not None
         )
         return (f"WriteDeclaration({self.operation.value} on {self.table!r} [{where}], "
                 f"profile={self.profile.name!r}{extra})")
@@ -196,21 +219,32 @@ class WriteDeclaration:
         )
 
     def partition_keys(self) -> frozenset[str] | None:
-        """The lease keys of the declared partitions. A text value whose canonical form differs
-        from its spelling (``"2024-5-1"``) names both when the column's type is unknown: on a DATE
-        column it is the canonical day, on a STRING column its own text (issue 33)."""
+        """The lease keys of the declared partitions. On a STRING column (``string_columns``) a
+        text is its own spelling; a text value whose canonical form differs from its spelling
+        (``"2024-5-1"``) names both when the column's type is unknown: on a DATE column it is the
+        canonical day, on a STRING column its own text (issue 33)."""
         if not self.partitions:
             return None
         keys: set[str] = set()
         for spec in self.partitions:
-            choices = [
-                [(c, v)]
-                if not isinstance(v, str) or isinstance(v, StringValue) or string_key(v) == canonical_spec_value(c, v)
-                else [(c, v), (c, StringValue(v))]
-                for c, v in spec.items()
-            ]
-            keys.update(partition_key(dict(combo)) for combo in itertools.product(*choices))
+            # Per column, the readings of its value: (column, value, read as a STRING column's text).
+            choices = [[(c, v, as_text) for as_text in self._text_readings(c, v)] for c, v in spec.items()]
+            keys.update(
+                partition_key({c: v for c, v, _ in combo}, {c.lower() for c, _, as_text in combo if as_text})
+                for combo in itertools.product(*choices)
+            )
         return frozenset(keys)
+
+    def _text_readings(self, column: str, value: Any) -> tuple[bool, ...]:
+        """Whether ``value`` is keyed as a STRING column's text (``True``), as a canonical value
+        (``False``), or both when the column's type is unknown and the two keys differ."""
+        if not isinstance(value, str):
+            return (False,)
+        if column.lower() in self.string_columns:
+            return (True,)
+        if string_key(value) == canonical_spec_value(column, value):
+            return (False,)
+        return (False, True)
 
     def with_typed_partitions(self, column_types: Mapping[str, str], engine: str | None) -> WriteDeclaration:
         """The declaration with each partition value as ``engine`` writes it for the column's type
@@ -218,7 +252,9 @@ class WriteDeclaration:
         if not self.partitions:
             return self
         typed = tuple(typed_partition_spec(spec, column_types, engine) for spec in self.partitions)
-        return dataclasses.replace(self, partitions=typed)
+        return dataclasses.replace(
+            self, partitions=typed, string_columns=self.string_columns | string_typed_columns(column_types)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -230,6 +266,7 @@ class WriteDeclaration:
             "catalog": self.catalog,
             "engine_profile": self.engine_profile,
             "location": self.location,
+            "string_columns": sorted(self.string_columns),
         }
 
 
@@ -266,7 +303,8 @@ def normalise_partitions(
 
 
 def _declaration(table: str, profile: str, operation: Operation, partitions: Any, reads_whole_table: bool,
-                 catalog: str | None, engine_profile: str | None, location: str | None) -> WriteDeclaration:
+                 catalog: str | None, engine_profile: str | None, location: str | None,
+                 string_columns: frozenset[str] = frozenset()) -> WriteDeclaration:
     """``WriteDeclaration.__reduce__``'s other half: the profile looked up by its name again."""
     return WriteDeclaration(table, get_profile(profile), operation, partitions, reads_whole_table, catalog,
-                            engine_profile, location)
+                            engine_profile, location, string_columns)

@@ -27,7 +27,6 @@ from enum import Enum
 from types import MappingProxyType
 
 from .errors import InvalidDeclarationError
-from .ranges import StringValue
 
 
 class ColumnType(Enum):
@@ -421,15 +420,25 @@ def declared_literal(value: object) -> SqlLiteral | None:
     return None
 
 
+def string_typed_columns(column_types: Mapping[str, str | ColumnType] | None) -> frozenset[str]:
+    """The STRING-typed columns of ``column_types`` (lower-cased): a text declared on one of them
+    is keyed by its own spelling (``core.ranges.string_key``), not as the day or number it looks
+    like. An unknown type name is an error naming it, as ``typed_partition_spec`` gives."""
+    typing = ColumnTyping.of(column_types, None)
+    return frozenset(c for c, kind in typing.types.items() if kind is ColumnType.STRING)
+
+
 def typed_partition_spec(
     spec: Mapping[str, object], column_types: Mapping[str, str | ColumnType] | None, engine: str | None
 ) -> dict[str, object]:
     """A declared partition spec with each value of a typed column as the engine writes it
     (``{"p": "07"}`` on an INT column is ``{"p": "7"}``); columns of unknown type, and ranges,
     are kept as given. A value the engine refuses, or one that names no single partition, is an
-    error naming the column, the value and the type. On a STRING column a value is its own
-    spelling (``core.ranges.StringValue``): ``"2024-5-1"`` is the partition delta-rs writes as
-    ``2024-5-1``, not the day ``2024-05-01`` another row's text may hold."""
+    error naming the column, the value and the type. On a STRING column a value stays the plain
+    text as declared: ``"2024-5-1"`` is the partition delta-rs writes as ``2024-5-1``, not the day
+    ``2024-05-01`` another row's text may hold; that it keeps its spelling is the key maker's to
+    know (``string_typed_columns``, ``core.declaration.WriteDeclaration.string_columns``), never the
+    value's, which travels to reports, assets and XCom as it is."""
     typing = ColumnTyping.of(column_types, engine)
     out: dict[str, object] = {}
     for column, value in spec.items():
@@ -440,7 +449,7 @@ def typed_partition_spec(
             continue
         typed = partition_value(literal, kind, typing.rules)
         if isinstance(typed, Named) and len(typed.keys) == 1:
-            out[column] = StringValue(typed.keys[0]) if kind is ColumnType.STRING else typed.keys[0]
+            out[column] = typed.keys[0]
             continue
         why = (
             typed.why if isinstance(typed, (Anywhere, Refused))

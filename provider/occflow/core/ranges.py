@@ -48,14 +48,6 @@ _UPPER_OPS = {"<=": True, "<": False}
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 
 
-class StringValue(str):
-    """A value of a STRING partition column as the engine holds it: its partition key keeps the
-    spelling (``string_key``) instead of canonicalising it as a day or a number. It is the text
-    itself, so an engine's predicate or a report reads it as the plain string."""
-
-    __slots__ = ()
-
-
 def string_key(text: str) -> str:
     """The key value of a STRING column's ``text``: ``text`` itself when ``canonical_value``
     keeps it, else ``text`` in single quotes (``'2024-5-1'``, ``'1.0'``, ``' 7'``, ``'2024-02-30'``);
@@ -220,14 +212,16 @@ def _tighter(a: tuple[str | None, bool], b: tuple[str | None, bool], sign: int) 
     return b
 
 
-def canonical_spec_value(column: str, value: Any) -> str | ValueRange:
+def canonical_spec_value(column: str, value: Any, *, as_text: bool = False) -> str | ValueRange:
     """A spec value in its one form: a range whose bounds meet is that value; a scalar is
-    canonical text."""
+    canonical text. ``as_text``: the column is known to be STRING, so a text value is its own
+    spelling (``string_key``: ``"2024-5-1"`` is not the day ``2024-05-01``). The caller that
+    makes the key says so; the value itself stays a plain ``str`` wherever it travels."""
     if isinstance(value, ValueRange):
         if value.lower is not None and value.lower == value.upper and value.lower_inclusive and value.upper_inclusive:
             return str(value.lower)
         return value
-    if isinstance(value, StringValue):
+    if as_text and isinstance(value, str):
         return string_key(value)
     return canonical_value(column, value)
 

@@ -166,11 +166,7 @@ class WriteReport:
             "table": self.table,
             "operation": self.operation,
             "profile": self.profile,
-            # plain str values: a STRING column's value may be core.ranges.StringValue, a str
-            # subclass that Airflow's msgpack comms refuse
-            "partitions": None if self.partitions is None else [
-                {k: str(v) if isinstance(v, str) else v for k, v in p.items()} for p in self.partitions
-            ],
+            "partitions": None if self.partitions is None else [dict(p) for p in self.partitions],
             "engine": self.engine,
             "committed": self.committed,
             "version": self.version,

@@ -424,29 +424,36 @@ def check_derived_against(derived: DerivedWrite, declaration: WriteDeclaration, 
         return
     shown = ", ".join(f"({', '.join(sorted(d))})" if templated else partition_key(d) for d in declared)
     for spec in derived.partitions or ({},):
-        if any(_covers(d, spec, templated) for d in declared):
+        if any(_covers(d, spec, templated, declaration.string_columns) for d in declared):
             continue
         raise InvalidDeclarationError(_uncovered(derived, spec, shown, declaration.reads_whole_table))
 
 
-def _covers(declared: Mapping[str, Any], spec: Mapping[str, Any], templated: bool) -> bool:
-    """Whether declared spec ``declared`` surely holds every partition of derived ``spec``."""
+def _covers(
+    declared: Mapping[str, Any], spec: Mapping[str, Any], templated: bool, string_columns: frozenset[str] = frozenset()
+) -> bool:
+    """Whether declared spec ``declared`` surely holds every partition of derived ``spec``. On a
+    column the table types STRING (``string_columns``) a declared text is its own spelling only:
+    ``"2024-5-1"`` does not hold the SQL's ``'2024-05-01'``."""
     mine = {c.lower(): v for c, v in spec.items()}
     for column, value in declared.items():
         if column.lower() not in mine:
             return False
-        if not templated and not any(value_within(mine[column.lower()], v) for v in _declared_values(column, value)):
+        if not templated and not any(
+            value_within(mine[column.lower()], v)
+            for v in _declared_values(column, value, as_text=column.lower() in string_columns)
+        ):
             return False
     return True
 
 
-def _declared_values(column: str, value: Any) -> list[Any]:
+def _declared_values(column: str, value: Any, *, as_text: bool = False) -> list[Any]:
     """What a declared value names when the column's type is not known: a text names what the
     same quoted literal in the SQL names (``"1"`` is ``1`` or, on a BOOLEAN column, ``true``), so
     a declaration and a condition that spell one literal agree whatever the type (on a STRING
     column ``"2024-5-1"`` is its own spelling, ``core.ranges.string_key``)."""
-    spelled = canonical_spec_value(column, value)
-    if not isinstance(value, str):
+    spelled = canonical_spec_value(column, value, as_text=as_text)
+    if as_text or not isinstance(value, str):
         return [spelled]
     typed = untyped_text_value(value, tuple(CastRules))
     if not isinstance(typed, Named):

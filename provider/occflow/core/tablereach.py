@@ -52,11 +52,20 @@ class OlderSpec:
         }
 
 
+# Delta's generated physical names: ``col-`` and a UUID (what column mapping gives a column).
+_GENERATED_PHYSICAL = re.compile(r"col-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", re.IGNORECASE)
+
+
 def physical_key_column(physical: str) -> str:
-    """A Delta physical column name (``col-5f1c...``) as a footprint key's column: the characters
-    a key cannot hold (``-``) become ``_``; a physical name is a UUID, unique either way."""
+    """A Delta physical column name as a footprint key's column, spelled so that no logical
+    column's key can be it: a write keyed by logical names (one that does not read the table's
+    column mapping) then shares no column with it, and ``core.footprint.specs_overlap`` calls two
+    specs that share no column overlapping: never narrower. A generated name (``col-5f1c...``,
+    a UUID) keeps its characters, ``-`` as ``_``; any other (a column that kept its name when
+    mapping was turned on, then renamed) is ``_physical_<name>``: its bare name could be a
+    logical column's, and meaning another column, two keys on it would compare values of both."""
     spelled = re.sub(r"[^A-Za-z0-9_]", "_", physical).lower()
-    return spelled if re.match(r"[A-Za-z_]", spelled) else f"_{spelled}"
+    return spelled if _GENERATED_PHYSICAL.fullmatch(physical) else f"_physical_{spelled}"
 
 
 @dataclass(frozen=True)
@@ -67,7 +76,6 @@ class Reach:
 
     partitions: tuple[Mapping[str, Any], ...] | None
     why: tuple[str, ...] = ()
-
 
 
 def reach(
@@ -96,12 +104,12 @@ def reach(
     if partitions is None:
         return Reach(None)
     if row_level_mode == "copy-on-write" and runtime_filter_check:
-            return Reach(None, (
-                f"a copy-on-write {operation.value} through this session has its scan checked by Iceberg's "
-                "runtime file filter (spark.sql.optimizer.runtime.rowLevelOperationGroupFilter.enabled is on "
-                "and the catalog caches tables): any commit through the session while it runs fails it "
-                "('Runtime file filtering is not possible'), whatever its partitions",
-            ))
+        return Reach(None, (
+            f"a copy-on-write {operation.value} through this session has its scan checked by Iceberg's "
+            "runtime file filter (spark.sql.optimizer.runtime.rowLevelOperationGroupFilter.enabled is on "
+            "and the catalog caches tables): any commit through the session while it runs fails it "
+            "('Runtime file filtering is not possible'), whatever its partitions",
+        ))
     if operation not in _CURRENT_SPEC_ONLY:
         named = [{str(c).lower(): canonical_spec_value(str(c), v) for c, v in p.items()} for p in partitions]
         for spec in older_specs:
@@ -116,8 +124,12 @@ def reach(
                     f"files ({shown}) that the {operation.value}'s condition does not keep out of: it rewrites "
                     "them and writes their other rows into the current spec's partitions",
                 ))
-    if physical_columns:
-        keyed = {c: physical_key_column(p) for c, p in physical_columns.items()}
+    if any(p.lower() != c for c, p in physical_columns.items()):
+        # Only the renamed columns are keyed by physical name (a column whose physical name is its
+        # own keeps it). Against a write keyed by logical names alone this is conservative:
+        # ``physical_key_column`` shares no spelling with a logical column, and specs that share
+        # no column overlap (``core.footprint.specs_overlap``), so the pair is kept apart.
+        keyed = {c: physical_key_column(p) for c, p in physical_columns.items() if p.lower() != c}
         renamed = tuple(MappingProxyType({keyed.get(str(c).lower(), c): v for c, v in p.items()}) for p in partitions)
         named_as = ", ".join(f"{c} as {p}" for c, p in sorted(keyed.items()))
         return Reach(renamed, (f"column mapping: partitions keyed by their physical columns ({named_as})",))

@@ -22,7 +22,6 @@ their values in column order joined by ``|``, the delimiter of Airflow's ``Produ
 from __future__ import annotations
 
 import datetime
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -252,10 +251,7 @@ def table_event(
         # task after a commit: a retry would find the commit and emit nothing at all).
         keys = ()
         extra["partition_key_error"] = str(exc)
-    # Plain JSON types only: Airflow sends the event to its supervisor with msgpack, which refuses
-    # a str subclass (a STRING column's value keeps its spelling as core.ranges.StringValue).
-    plain = json.loads(json.dumps(extra, default=str))
-    return TableEvent(extra=plain, partition_keys=tuple(str(k) for k in keys))
+    return TableEvent(extra=extra, partition_keys=keys)
 
 
 # ---------------------------------------------------------------------- the operator's side

@@ -52,5 +52,8 @@ def settle(
         engine_profile=profile.name,
         partitions=partitions,
         reads_whole_table=reads_whole,
+        # Derived partitions are keys already (a STRING value quoted as its spelling): never
+        # re-keyed as declared text.
+        string_columns=frozenset() if derive_partitions else declaration.string_columns,
     )
     return Settled(settled, tuple(why_of(derived, facts)))

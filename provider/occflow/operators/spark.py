@@ -19,6 +19,7 @@ from ..engines.spark import IcebergFormat, SparkConfig
 from ..engines.spark.ddl import table_columns
 from ..engines.spark.target import SparkJob, SparkTarget, spark_engine
 from ..hooks.spark import DEFAULT_CONN_ID, OccflowSparkHook
+from .admission import keyed_by_reach
 from .assets import TABLE_SCHEMES, catalog_table_uri
 from .base import OccflowWriteOperator
 from .derived import Settled, settle
@@ -252,10 +253,10 @@ class SparkWriteOperator(OccflowWriteOperator):
         settled = settle(declaration, derived, profile, facts, derive_partitions=self.derives["partitions"])
         if facts is not None and settled.declaration.partitions is not None:
             # What the table and the session add (issue 33): an older Iceberg spec with live files
-            # or the runtime file filter makes the write's reach the whole table; only widened here.
-            reach = facts.reach(settled.declaration.operation, settled.declaration.partitions)
-            if reach.partitions is None:
-                settled = Settled(replace(settled.declaration, partitions=None), (*settled.why, *reach.why))
+            # or the runtime file filter makes the write's reach the whole table; Delta column
+            # mapping keys the claim by physical columns (the report keeps the declared names).
+            keyed, why = keyed_by_reach(settled.declaration, facts)
+            settled = Settled(keyed, (*settled.why, *why))
         self.profile = settled.declaration.profile.name  # the retry policy follows the table's matrix
         self.log.info("declared from the SQL and the table: %s", "; ".join(settled.why))
         return settled.declaration

@@ -238,15 +238,32 @@ def _delta_facts(spark: Any, table: str, quoted: str, rows: list[Any]) -> TableF
     detail = spark.sql(f"DESCRIBE DETAIL {quoted}").collect()[0].asDict(recursive=True)
     features = sorted({*(detail.get("tableFeatures") or ())})
     partitioned = tuple(str(c) for c in detail.get("partitionColumns") or ())
+    properties = {str(k): str(v) for k, v in (detail.get("properties") or {}).items()}
     return TableFacts(
         table=table,
         table_format="delta",
         engine=ENGINES["delta"],
         partition_columns=partitioned,
-        properties={str(k): str(v) for k, v in (detail.get("properties") or {}).items()},
+        properties=properties,
         features=tuple(features),
         partition_column_types=column_types(rows, partitioned),
+        physical_columns=_physical_columns(spark, str(detail.get("location") or ""), partitioned, properties),
     )
+
+
+def _physical_columns(spark: Any, location: str, partitioned: tuple[str, ...], properties: Mapping[str, str]) -> dict[str, str]:
+    """Under Delta column mapping, each partition column's physical name where it differs from its
+    name (a rename changes the name only). Spark's schema drops Delta's column-mapping metadata, so
+    it is read from the table's own metadata (its ``schemaString``) through the session's JVM."""
+    if properties.get("delta.columnMapping.mode", "none").strip().lower() not in ("name", "id") or not location:
+        return {}
+    if getattr(spark, "_jvm", None) is None:  # Spark Connect: no JVM here; keyed by logical names as before
+        return {}
+    log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, location)
+    fields = json.loads(str(log.unsafeVolatileSnapshot().metadata().schemaString()))["fields"]
+    wanted = {c.lower() for c in partitioned}
+    named = {str(f["name"]): str((f.get("metadata") or {}).get("delta.columnMapping.physicalName") or f["name"]) for f in fields}
+    return {name: physical for name, physical in named.items() if name.lower() in wanted and physical != name}
 
 
 def _unquote(name: str) -> str:
