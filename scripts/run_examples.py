@@ -41,6 +41,15 @@ EXAMPLES = {
     "(stand-in project unless a MaxCompute connection is configured)",
 }
 SERVICES = ("scheduler", "dag-processor", "api-server", "triggerer")
+#: A SIGTERM while a service is being started is held until it is recorded (``Airflow.start``).
+_TERM = {"starting": False, "asked": False}
+
+
+def _on_sigterm(*_: object) -> None:
+    if _TERM["starting"]:
+        _TERM["asked"] = True
+        return
+    sys.exit(143)
 
 
 def free_port() -> int:
@@ -95,9 +104,17 @@ class Airflow:
         self.cli("db", "migrate", timeout=600)
         for name in SERVICES:
             log = open(self.home / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
-            self.procs[name] = subprocess.Popen(
-                [self.bin, name], env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+            # A SIGTERM that lands inside Popen (the service has started, Popen has not returned)
+            # would leave a service no one stops: it waits until the service is in self.procs.
+            _TERM["starting"] = True
+            try:
+                self.procs[name] = subprocess.Popen(
+                    [self.bin, name], env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                )
+            finally:
+                _TERM["starting"] = False
+            if _TERM["asked"]:
+                sys.exit(143)
 
     def check_alive(self) -> None:
         for name, proc in self.procs.items():
@@ -343,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # SIGTERM (a CI timeout, kill PID) unwinds like Ctrl-C: the finally block stops Airflow's
     # services, which lead sessions of their own and would outlive this process otherwise.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGTERM, _on_sigterm)
     dag_ids = [d.strip() for d in args.dags.split(",") if d.strip()]
     unknown = sorted(set(dag_ids) - set(EXAMPLES))
     if unknown:
