@@ -16,7 +16,10 @@ pytestmark = pytest.mark.spark
 INSERTS_PER_DRIVER = 6
 ROWS_PER_INSERT = 3
 
-# Each driver waits until the other's JVM is up too, so their commits really overlap.
+# Each driver warms its catalog up, then waits until the other's JVM is up too, and then the two
+# go in lockstep: insert i starts only once the other driver has committed insert i-1. A cold
+# driver's first INSERT can take longer than the other's six, so without the lockstep the two
+# could commit one after the other; with it every round races and the commits interleave.
 APP = '''
 import sys, time
 from pathlib import Path
@@ -24,14 +27,24 @@ from pyspark.sql import SparkSession
 
 table, me, other, inserts, rows = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 spark = SparkSession.builder.getOrCreate()
+spark.sql(f"SELECT count(*) FROM {table}").collect()
 Path(me).touch()
-deadline = time.time() + 600
-while not Path(other).exists() and time.time() < deadline:
-    time.sleep(0.2)
+
+
+def wait_for(path):
+    deadline = time.time() + 600
+    while not Path(path).exists() and time.time() < deadline:
+        time.sleep(0.1)
+
+
+wait_for(other)
 base = 1000 if me.endswith("a") else 2000
 for i in range(inserts):
+    if i > 0:
+        wait_for(f"{other}.{i - 1}")
     values = ", ".join(f"({base + i * rows + r}, 'x', {i})" for r in range(rows))
     spark.sql(f"INSERT INTO {table} VALUES {values}")
+    Path(f"{me}.{i}").touch()
 '''
 
 
