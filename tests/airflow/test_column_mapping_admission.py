@@ -27,7 +27,7 @@ from deltalake import DeltaTable, write_deltalake
 
 from occflow.core.footprint import footprints_overlap
 from occflow.leases import LeaseRequest, cached_store
-from occflow.operators.admission import AdmissionSettings, admission_claim, admit
+from occflow.operators.admission import AdmissionSettings, admit
 from occflow.operators.delta import DeltaWriteOperator
 
 pytestmark = pytest.mark.airflow
@@ -103,7 +103,7 @@ def test_claims_across_a_rename_are_keyed_by_the_physical_column_the_log_names(t
 
     second = _delete(path, "second", {"p": "2"}).declare()  # the same logical column, another value
     assert second.partitions == ({"p": "2"},)
-    physical_second = LeaseRequest.from_declaration(admission_claim(second), ttl=30)
+    physical_second = LeaseRequest.from_declaration(second.admission_claim(), ttl=30)
     assert physical_second.partitions == {_key(before["r"], "2")}
     store = cached_store(url)
     # By logical names p=1 and p=2 are disjoint; they name different stored columns, so they are not.
@@ -116,11 +116,11 @@ def test_claims_across_a_rename_are_keyed_by_the_physical_column_the_log_names(t
     ]
 
     # r = '2' is now the physical column the first write named, at another value: truly disjoint.
-    apart = admission_claim(_delete(path, "apart", {"r": "2"}).declare())
+    apart = _delete(path, "apart", {"r": "2"}).declare().admission_claim()
     assert apart.partition_keys() == {_key(before["p"], "2")}
     assert store.blocking_leases(LeaseRequest.from_declaration(apart, ttl=30)) == []
     # r = '1' is the first write's own partition under its new name: one claim, whatever it is called.
-    together = admission_claim(_delete(path, "together", {"r": "1"}).declare())
+    together = _delete(path, "together", {"r": "1"}).declare().admission_claim()
     assert together.partition_keys() == lease_first.partitions
 
     # The commit fence follows the claim: once the first lease lapses, the second write fences it

@@ -20,7 +20,7 @@ from .operations import Operation
 from .partvalues import string_typed_columns, typed_partition_spec
 from .profiles import Cell, Profile, get_profile
 from .ranges import canonical_spec_value, key_value_parts, string_key
-from .tablefacts import TableFacts
+from .tablefacts import TableFacts, physical_key_column
 
 _PARTITION_COLUMN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TEMPLATE_RE = re.compile(r"\{\{.*?\}\}|\{%.*?%\}")
@@ -95,7 +95,7 @@ class WriteDeclaration:
     # What admission keys the write by when the table says more than ``partitions`` do (issue 33:
     # Delta column mapping keys each partition by its physical column, ``core.tablereach``);
     # ``None``: ``partitions``. Set by the operator from the table's facts just before admission
-    # (``operators.admission.keyed_by_reach``); the report, assets and logs keep ``partitions``.
+    # (``keyed_by_reach``); the report, assets and logs keep ``partitions``.
     # Keyword-only: positional construction (``_declaration``) does not shift with it.
     admission_partitions: tuple[Mapping[str, Any], ...] | None = dataclasses.field(default=None, kw_only=True)
     # The partition columns the table types STRING (lower-cased; ``with_typed_partitions``): a text
@@ -255,6 +255,34 @@ class WriteDeclaration:
         return dataclasses.replace(
             self, partitions=typed, string_columns=self.string_columns | string_typed_columns(column_types)
         )
+
+    def keyed_by_reach(self, facts: TableFacts) -> tuple[WriteDeclaration, tuple[str, ...]]:
+        """This declaration as admission keys it once the table itself is counted
+        (``TableFacts.reach``, issue 33), and why, one reason a line (empty: as declared). A reach
+        of the whole table widens the declaration itself (the report says the write may touch any
+        partition); a reach keyed otherwise (Delta column mapping's physical columns) is only what
+        the claim, and so the commit fence, compare: ``admission_partitions``, while the report,
+        the assets and the logs keep the partitions the user named. Call it after
+        ``with_typed_partitions``: the reach keys the typed values. Both write operators call it;
+        ``occflow explain`` calls ``facts.reach`` on the SQL's own partitions, the same rule."""
+        if self.partitions is None:
+            return self, ()
+        reach = facts.reach(self.operation, self.partitions)
+        if reach.partitions is None:
+            return dataclasses.replace(self, partitions=None, admission_partitions=None), reach.why
+        if not reach.why:
+            return self, ()
+        # A STRING column keeps keying text by its spelling under its physical name too.
+        texts = {physical_key_column(facts.physical_columns[c]) for c in self.string_columns if c in facts.physical_columns}
+        keyed = dataclasses.replace(self, admission_partitions=reach.partitions, string_columns=self.string_columns | texts)
+        return keyed, reach.why
+
+    def admission_claim(self) -> WriteDeclaration:
+        """The declaration whose partitions the lease is keyed by: ``admission_partitions`` where
+        the table's reach set them (``keyed_by_reach``), else this declaration itself."""
+        if self.admission_partitions is None:
+            return self
+        return dataclasses.replace(self, partitions=self.admission_partitions, admission_partitions=None)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -24,7 +24,6 @@ from typing import Any
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 
 from ..core.declaration import WriteDeclaration
-from ..core.tablefacts import TableFacts, physical_key_column
 from ..leases import (
     Lease,
     LeaseKeeper,
@@ -106,7 +105,7 @@ def admit(
     ``LeaseAdmissionTrigger`` (``defer`` never returns then)."""
     if not settings.enabled or not _admission_wanted(declaration, log):
         return None
-    claimed = admission_claim(declaration)
+    claimed = declaration.admission_claim()
     if claimed is not declaration:
         # The lease names physical columns; the line names what the user declared beside them.
         where = ", ".join("/".join(f"{c}={v}" for c, v in spec.items()) for spec in declaration.partitions or ())
@@ -114,37 +113,6 @@ def admit(
     # The flow holds the commit at the lease's gate (exactly_once.BeforeCommit): it may be gated.
     request = settings.admission.request(claimed, context, commit_gate=True)
     return _lease_or_defer(settings, request, log, defer)
-
-
-def keyed_by_reach(declaration: WriteDeclaration, facts: TableFacts) -> tuple[WriteDeclaration, tuple[str, ...]]:
-    """``declaration`` as admission keys it once the table itself is counted (``TableFacts.reach``,
-    issue 33), and why, one reason a line (empty: as declared). A reach of the whole table widens
-    the declaration itself (the report says the write may touch any partition); a reach keyed
-    otherwise (Delta column mapping's physical columns) is only what the claim, and so the
-    commit fence, compare: ``admission_partitions``, while the report, the assets and the logs
-    keep the partitions the user named. Call it after ``with_typed_partitions``: the reach keys
-    the typed values."""
-    if declaration.partitions is None:
-        return declaration, ()
-    reach = facts.reach(declaration.operation, declaration.partitions)
-    if reach.partitions is None:
-        return dataclasses.replace(declaration, partitions=None, admission_partitions=None), reach.why
-    if not reach.why:
-        return declaration, ()
-    # A STRING column keeps keying text by its spelling under its physical name too.
-    texts = {physical_key_column(facts.physical_columns[c]) for c in declaration.string_columns if c in facts.physical_columns}
-    keyed = dataclasses.replace(
-        declaration, admission_partitions=reach.partitions, string_columns=declaration.string_columns | texts
-    )
-    return keyed, reach.why
-
-
-def admission_claim(declaration: WriteDeclaration) -> WriteDeclaration:
-    """The declaration whose partitions the lease is keyed by: ``admission_partitions`` where the
-    table's reach set them (``keyed_by_reach``), else ``declaration`` itself."""
-    if declaration.admission_partitions is None:
-        return declaration
-    return dataclasses.replace(declaration, partitions=declaration.admission_partitions, admission_partitions=None)
 
 
 def _admission_wanted(declaration: WriteDeclaration, log: logging.Logger) -> bool:

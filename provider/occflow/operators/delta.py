@@ -16,7 +16,6 @@ from ..core.identifiers import canonical_table
 from ..core.report import WriteReport
 from ..engines.deltars.target import DeltaJob, DeltaRsTarget, DeltaRsWrite, new_table_schema
 from ..hooks.spark import default_delta_location
-from .admission import keyed_by_reach
 from .base import OccflowWriteOperator
 from .lineage import location_uri, path_dataset
 
@@ -181,7 +180,7 @@ class DeltaWriteOperator(OccflowWriteOperator):
                 declaration = declaration.with_typed_partitions(facts.partition_column_types, facts.engine)
                 # Under column mapping the claim names physical columns: a rename cannot make a
                 # write admitted before it and one admitted after look disjoint (issue 33).
-                declaration, why = keyed_by_reach(declaration, facts)
+                declaration, why = declaration.keyed_by_reach(facts)
                 for line in why:
                     self.log.info("admission keys the write by the table: %s", line)
             target.check_columns(declaration)

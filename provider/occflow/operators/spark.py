@@ -19,7 +19,6 @@ from ..engines.spark import IcebergFormat, SparkConfig
 from ..engines.spark.ddl import table_columns
 from ..engines.spark.target import SparkJob, SparkTarget, spark_engine
 from ..hooks.spark import DEFAULT_CONN_ID, OccflowSparkHook
-from .admission import keyed_by_reach
 from .assets import TABLE_SCHEMES, catalog_table_uri
 from .base import OccflowWriteOperator
 from .derived import Settled, settle
@@ -255,7 +254,7 @@ class SparkWriteOperator(OccflowWriteOperator):
             # What the table and the session add (issue 33): an older Iceberg spec with live files
             # or the runtime file filter makes the write's reach the whole table; Delta column
             # mapping keys the claim by physical columns (the report keeps the declared names).
-            keyed, why = keyed_by_reach(settled.declaration, facts)
+            keyed, why = settled.declaration.keyed_by_reach(facts)
             settled = Settled(keyed, (*settled.why, *why))
         self.profile = settled.declaration.profile.name  # the retry policy follows the table's matrix
         self.log.info("declared from the SQL and the table: %s", "; ".join(settled.why))
