@@ -39,6 +39,8 @@ EXAMPLES = {
     "(Spark, delta-spark)",
     "occflow_maxcompute_transactional": "concurrent writes on a MaxCompute Delta table and a standard table "
     "(stand-in project unless a MaxCompute connection is configured)",
+    "occflow_nightly_maintenance": "hourly writers and the nightly expire_snapshots on one Iceberg table "
+    "(pyiceberg, no JVM)",
 }
 SERVICES = ("scheduler", "dag-processor", "api-server", "triggerer")
 #: A SIGTERM while a service is being started is held until it is recorded (``Airflow.start``).

@@ -117,10 +117,13 @@ def _main_command(tmp_path: Path, dags: str) -> subprocess.CompletedProcess[str]
 
 @pytest.mark.slow
 def test_main_command_runs_the_delta_examples_on_a_real_scheduler_with_correct_data(tmp_path):
-    done = _main_command(tmp_path, "occflow_delta_merge_vs_compaction,occflow_delta_schema_change")
+    # The JVM-free examples share one scheduler: the nightly maintenance (pyiceberg) rides along.
+    dags = "occflow_delta_merge_vs_compaction,occflow_delta_schema_change,occflow_nightly_maintenance"
+    done = _main_command(tmp_path, dags)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert "final row count of sales.orders: 200 (a serial run gives 200): correct" in done.stdout
     assert "final row count of web.clicks: 500 (a serial run gives 500): correct" in done.stdout
+    assert "final row count of ops.hourly_metrics: 200 (a serial run gives 200): correct" in done.stdout
     # The mapped tasks ran side by side: the run reports each of them.
     assert all(f"upsert_region[{i}]" in done.stdout for i in range(4))
 

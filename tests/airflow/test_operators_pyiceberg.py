@@ -232,3 +232,85 @@ def test_a_race_on_a_postgresql_catalog_from_a_connection_is_retried_to_the_seri
     assert run.state == "success"
     _assert_retried(run, catalog)
     assert _rows(catalog) == _serial(catalog) == [(3, "b", 0), (7, "a", 7), (8, "a", 7)]
+
+
+def test_an_expire_below_the_retention_floor_fails_the_dag_import_naming_the_minimum(tmp_path: Path) -> None:
+    from occflow.core.errors import InvalidDeclarationError
+    from occflow.operators.pyiceberg import PyIcebergWriteOperator
+
+    catalog = {"uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": (tmp_path / "wh").as_uri()}
+    with pytest.raises(InvalidDeclarationError, match=r"nightly: expire_snapshots older_than_hours=24 is below the safe minimum of 120"):
+        PyIcebergWriteOperator(task_id="nightly", table="db.events", operation="expire_snapshots", catalog=catalog,
+                               older_than_hours=24)
+    with pytest.raises(InvalidDeclarationError, match=r"nightly: retain_last=0"):
+        PyIcebergWriteOperator(task_id="nightly", table="db.events", operation="expire_snapshots", catalog=catalog,
+                               retain_last=0)
+    allowed = PyIcebergWriteOperator(task_id="nightly", table="db.events", operation="expire_snapshots", catalog=catalog,
+                                     older_than_hours=1, allow_unsafe_retention=True)
+    assert allowed.occflow_write.profile.name == "pyiceberg-serializable"
+
+
+def test_the_nightly_maintenance_example_keeps_every_hour_and_the_expire_commits_after_admission(
+    run_dag, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dags_example/nightly_maintenance.py under dag.test() (no preparation wait): every hour's
+    rows as a serial run writes them, each hourly snapshot kept by the expire (younger than its
+    retention), the expire committed; the table read back with pyiceberg alone."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    monkeypatch.setenv("OCCFLOW_HOME", str(tmp_path / "home"))
+    source = (Path(__file__).resolve().parents[2] / "dags_example" / "nightly_maintenance.py").read_text()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = run_dag(source, filename="example_nightly_maintenance.py", run_conf={"prepare_seconds": 0})
+    assert run.state == "success"
+    summary = run.task("verify").xcom["return_value"]
+    assert summary["rows"] == summary["expected_rows"] == 4 * 50
+    expired = run.task("nightly_expire_snapshots").xcom["return_value"]
+    assert expired["committed"] and expired["operation"] == "expire_snapshots" and expired["expired_snapshots"] == []
+    # Nothing on the fresh table is older than the retention: the expire commits nothing at all.
+    assert expired["metadata_commit"] is None and expired["snapshot_id"] is None
+    root = tmp_path / "home" / "pyiceberg"
+    own = SqlCatalog("occflow_examples", uri=f"sqlite:///{root / 'catalog.db'}", warehouse=(root / "warehouse").as_uri())
+    try:
+        current = own.load_table("ops.hourly_metrics")
+        hours = sorted({r["hour"] for r in current.scan().to_arrow().to_pylist()})
+        tagged = {s.summary["occflow.task-id"] for s in current.snapshots() if s.summary is not None}
+    finally:
+        own.engine.dispose()
+    assert hours == ["00", "01", "02", "03"] and tagged == {"hourly_write"}
+
+
+EXPIRE_DAG = '''
+with DAG("pyiceberg_expire", schedule=None, start_date=pendulum.datetime(2024, 1, 1)):
+    setup = PythonOperator(task_id="create", python_callable=create)
+    more = PythonOperator(task_id="more", python_callable=lambda: table().append(rows([4], "b", 0)))
+    expire = PyIcebergWriteOperator(
+        task_id="expire", table="db.events", operation="expire_snapshots", catalog=CATALOG, catalog_name="lake",
+        older_than_hours=0, retain_last=2, allow_unsafe_retention=True,
+    )
+    setup >> more >> expire
+'''
+
+
+def test_the_operator_expires_beyond_the_newest_kept_and_tags_the_commit_with_its_task(run_dag, tmp_path: Path) -> None:
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    catalog = {"uri": f"sqlite:///{tmp_path}/catalog.db", "warehouse": (tmp_path / "wh").as_uri()}
+    run = run_dag(COMMON.format(catalog=catalog, mark=str(tmp_path / "unused")) + EXPIRE_DAG)
+    assert run.state == "success"
+    report = run.task("expire").xcom["return_value"]
+    own = SqlCatalog("lake", **catalog)
+    try:
+        current = own.load_table("db.events")
+        kept = [entry.snapshot_id for entry in current.metadata.snapshot_log]
+        props = dict(current.properties)
+        metadata = current.metadata_location
+    finally:
+        own.engine.dispose()
+    # Three appends, the two newest kept: the first one expired, as the table's own log shows.
+    assert len(kept) == 2 and len(report["expired_snapshots"]) == 1 and report["expired_snapshots"][0] not in kept
+    assert report["committed"] and report["metadata_commit"]["location"] == metadata
+    # The commit carries the task's labels and its exactly-once tag, in the table's properties.
+    assert props["occflow.expire-snapshots.occflow.task-id"] == "expire"
+    assert props["occflow.expire-snapshots.occflow.operation"] == "expire_snapshots"

@@ -1,7 +1,9 @@
 """The pyiceberg profiles are what pyiceberg did: the committed conformance page
 (docs/conformance/pyiceberg.md, ``occflow conformance --engine pyiceberg --write-docs``) covers all
-216 cells (36 pairs x 2 isolation levels x partitioned / unpartitioned / dynamic overwrite), each
+294 cells (49 pairs x 2 isolation levels x partitioned / unpartitioned / dynamic overwrite), each
 agreeing with its level's profile, and a subset re-measured on real tables agrees with the page.
+Every expire_snapshots pair on the page expired snapshots (a pair whose expire removed nothing would
+prove nothing).
 """
 
 from __future__ import annotations
@@ -64,11 +66,49 @@ def test_the_committed_page_covers_every_cell_each_as_its_profile_says() -> None
     assert sorted(cells) == sorted(LABELS)
     for label, observed in cells.items():
         level = label.split()[1].rstrip(",")
-        assert len(observed) == 36, label
+        assert len(observed) == 49, label
         wrong = {pair: seen for pair, seen in observed.items() if seen != expected(f"pyiceberg-{level}", *pair)}
         assert not wrong, f"{label}: the page disagrees with pyiceberg-{level}: {wrong}"
     summary = re.findall(r"^\| (pyiceberg [^|]+) \| (pyiceberg-\w+) \| (\d+) \| (\d+) \| (\d+) \|", PAGE.read_text(), re.M)
-    assert len(summary) == 6 and all((covered, agree, diverge) == ("36", "36", "0") for *_, covered, agree, diverge in summary)
+    assert len(summary) == 6 and all((covered, agree, diverge) == ("49", "49", "0") for *_, covered, agree, diverge in summary)
+
+
+def page_notes() -> dict[str, dict[tuple[Operation, Operation], str]]:
+    """Each runner's notes (the last column of its every-cell table) as the committed page lists them."""
+    notes: dict[str, dict[tuple[Operation, Operation], str]] = {}
+    label = None
+    for line in PAGE.read_text(encoding="utf-8").splitlines():
+        heading = re.match(r"## (.+): every cell observed$", line)
+        label = heading.group(1) if heading else (None if line.startswith("## ") else label)
+        if heading:
+            notes[label] = {}
+        row = re.match(r"\| (\w+) \| (\w+) \| .* \| ([^|]*) \|$", line)
+        if label is not None and row and row.group(1) not in ("earlier",):
+            notes[label][(Op(row.group(1)), Op(row.group(2)))] = row.group(3).strip()
+    return notes
+
+
+def test_every_expire_on_the_page_removed_snapshots_and_of_two_expires_the_later_found_none_left() -> None:
+    for label, notes in page_notes().items():
+        expiring = {pair: note for pair, note in notes.items() if Op.EXPIRE_SNAPSHOTS in pair}
+        assert len(expiring) == 13, label
+        for (earlier, later), note in expiring.items():
+            if earlier is later:
+                # The later one planned the same two, found them gone, planned again: nothing left.
+                assert note == "the earlier expire removed 2 snapshots; the later expire removed 0 snapshots", (label, note)
+                continue
+            role = "earlier" if earlier is Op.EXPIRE_SNAPSHOTS else "later"
+            assert note == f"the {role} expire removed 2 snapshots", (label, earlier, later, note)
+    serializable = get_profile("pyiceberg-serializable")
+    # Beside a write both commit (the pair does not fail), yet admission keeps them apart; beside a
+    # schema change they may run together; two expires both commit (their whole-table footprints
+    # keep them apart anyway).
+    for writer in (Op.INSERT_INTO, Op.INSERT_OVERWRITE, Op.DELETE, Op.MERGE, Op.TRUNCATE):
+        for pair in ((writer, Op.EXPIRE_SNAPSHOTS), (Op.EXPIRE_SNAPSHOTS, writer)):
+            cell = serializable.cell(*pair)
+            assert not cell.later_fails and cell.effect.keeps_apart, pair
+    assert not serializable.cell(Op.ALTER_METADATA, Op.EXPIRE_SNAPSHOTS).effect.keeps_apart
+    assert not serializable.cell(Op.EXPIRE_SNAPSHOTS, Op.EXPIRE_SNAPSHOTS).later_fails
 
 
 def test_the_levels_differ_only_where_pyiceberg_checks_added_files() -> None:
@@ -90,6 +130,8 @@ SUBSET = [
     (Op.TRUNCATE, Op.MERGE),
     (Op.ALTER_METADATA, Op.ALTER_METADATA),
     (Op.ALTER_METADATA, Op.DELETE),
+    (Op.EXPIRE_SNAPSHOTS, Op.INSERT_OVERWRITE),
+    (Op.EXPIRE_SNAPSHOTS, Op.EXPIRE_SNAPSHOTS),
 ]
 
 

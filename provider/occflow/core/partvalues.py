@@ -100,6 +100,11 @@ class CastRules(Enum):
     # and "type conversions": https://www.alibabacloud.com/help/en/maxcompute/type-conversions).
     # Not measured here (no MaxCompute on this machine): where unsure, a rule answers wider.
     MAXCOMPUTE = "maxcompute"
+    # pyiceberg binds a value to the column's type (expressions/literals.py StringLiteral.to): a
+    # text through Decimal for a number (an integer truncated), date.fromisoformat for a date,
+    # TRUE / FALSE in any case for a boolean; what it cannot convert fails the bind (refused).
+    # Measured in tests/engines/test_pyiceberg_partition_values.py.
+    PYICEBERG = "pyiceberg"
 
 
 #: The rules an engine (``core.tablefacts.ENGINES``) may run under. Spark's ANSI setting is the
@@ -110,6 +115,7 @@ ENGINE_RULES: Mapping[str, tuple[CastRules, ...]] = MappingProxyType({
     "databricks": (CastRules.SPARK, CastRules.SPARK_ANSI),
     "spark-iceberg": (CastRules.SPARK, CastRules.SPARK_ANSI),
     "maxcompute": (CastRules.MAXCOMPUTE,),
+    "pyiceberg": (CastRules.PYICEBERG,),
 })
 
 
@@ -196,7 +202,19 @@ def _day(groups: Iterable[str | None]) -> str | None:
         return None
 
 
+def _pyiceberg_number(text: str) -> decimal.Decimal | Refused:
+    """pyiceberg's ``_parse_numeric_string``: ``Decimal(text)``, finite."""
+    try:
+        number = decimal.Decimal(text)
+    except decimal.InvalidOperation:
+        number = decimal.Decimal("NaN")
+    return number if number.is_finite() else Refused(f"pyiceberg cannot convert {text!r} to a number")
+
+
 def _text_to_integral(text: str, rules: CastRules) -> _Cast:
+    if rules is CastRules.PYICEBERG:
+        parsed = _pyiceberg_number(text)
+        return parsed if isinstance(parsed, Refused) else str(int(parsed))  # int() truncates, as pyiceberg's
     if rules is CastRules.MAXCOMPUTE:
         number = _text_to_decimal(text, rules)  # STRING vs BIGINT compares as DOUBLE
         if not isinstance(number, str) or not _INTEGER_RE.fullmatch(number):
@@ -217,6 +235,9 @@ def _text_to_integral(text: str, rules: CastRules) -> _Cast:
 
 
 def _text_to_decimal(text: str, rules: CastRules) -> _Cast:
+    if rules is CastRules.PYICEBERG:  # (a scale other than the column's is refused: wider here)
+        parsed = _pyiceberg_number(text)
+        return parsed if isinstance(parsed, Refused) else _number_key(parsed)
     trimmed = text.strip(_SPARK_BLANKS) if rules in (CastRules.SPARK, CastRules.SPARK_ANSI) else text.strip()
     if _DECIMAL_RE.fullmatch(trimmed):
         return _number_key(decimal.Decimal(trimmed))
@@ -228,6 +249,11 @@ def _text_to_decimal(text: str, rules: CastRules) -> _Cast:
 
 
 def _text_to_date(text: str, rules: CastRules) -> _Cast:
+    if rules is CastRules.PYICEBERG:
+        try:
+            return dt.date.fromisoformat(text).isoformat()
+        except ValueError:
+            return Refused(f"pyiceberg cannot convert {text!r} to a date (date.fromisoformat)")
     if rules is CastRules.DATAFUSION:
         match = _DATAFUSION_DATE_RE.fullmatch(text)
         day = _day(match.groups()) if match else None
@@ -248,6 +274,9 @@ def _text_to_date(text: str, rules: CastRules) -> _Cast:
 def _text_to_boolean(text: str, rules: CastRules) -> _Cast:
     if rules is CastRules.MAXCOMPUTE:
         return None  # a MaxCompute partition column is never BOOLEAN (its partition key types)
+    if rules is CastRules.PYICEBERG:
+        upper = text.upper()
+        return upper.lower() if upper in ("TRUE", "FALSE") else Refused(f"pyiceberg cannot convert {text!r} to a boolean")
     lowered = text.strip().lower() if rules is CastRules.DATAFUSION else text.strip(_SPARK_BLANKS).lower()
     true, false = (_ARROW_TRUE, _ARROW_FALSE) if rules is CastRules.DATAFUSION else (_SPARK_TRUE, _SPARK_FALSE)
     if lowered in true or lowered in false:
@@ -286,8 +315,9 @@ def _number_on(column_type: ColumnType, text: str, rules: CastRules) -> _Cast:
     if column_type is ColumnType.INTEGRAL:
         if integral:
             return _number_key(number)
-        if rules is CastRules.DATAFUSION:
-            return Anywhere(f"how DataFusion compares {text} with an integer column is not measured")
+        if rules in (CastRules.DATAFUSION, CastRules.PYICEBERG):  # pyiceberg rounds a Decimal, half even
+            engine = "DataFusion" if rules is CastRules.DATAFUSION else "pyiceberg"
+            return Anywhere(f"how {engine} compares {text} with an integer column is not measured")
         return None  # Spark widens the column to DECIMAL, MaxCompute to DOUBLE: 7 is never 7.5
     if column_type is ColumnType.DECIMAL:
         return _number_key(number)

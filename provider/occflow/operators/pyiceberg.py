@@ -48,6 +48,15 @@ class PyIcebergWriteOperator(OccflowWriteOperator):
     :param add_columns: ``{column: iceberg type}`` for ``alter_metadata`` (a schema change).
     :param job: ``job(table, snapshot, commit, context) -> WriteOutcome`` instead of the built-in
         operations (what ``@task.occflow_write(engine="pyiceberg")`` decorates).
+    :param older_than_hours: operation ``expire_snapshots``: expire the snapshots older than this
+        (default: the table's ``history.expire.max-snapshot-age-ms``, 5 days). Less than that is
+        refused, naming the value and the minimum, unless ``allow_unsafe_retention=True``.
+    :param retain_last: ``expire_snapshots`` keeps this many of the newest snapshots whatever their
+        age (default: the table's ``history.expire.min-snapshots-to-keep``, 1).
+    :param allow_unsafe_retention: let an ``expire_snapshots`` run below the safe retention: a
+        write that started on a snapshot it expires fails its commit ("Cannot find starting
+        snapshot"; admission still keeps every write of the table apart from the expire,
+        docs/maintenance.md).
 
     Without a profile, the table's isolation properties pick it at run time (before admission).
     """
@@ -68,6 +77,9 @@ class PyIcebergWriteOperator(OccflowWriteOperator):
         merge_keys: Sequence[str] = (),
         add_columns: Mapping[str, str] | None = None,
         job: PyIcebergJob | None = None,
+        older_than_hours: float | None = None,
+        retain_last: int | None = None,
+        allow_unsafe_retention: bool = False,
         **kwargs: Any,
     ) -> None:
         self.profile_given = bool(kwargs.get("profile"))
@@ -84,6 +96,9 @@ class PyIcebergWriteOperator(OccflowWriteOperator):
         self.merge_keys = tuple(merge_keys)
         self.add_columns = dict(add_columns) if add_columns else None
         self.job = job
+        self.older_than_hours = older_than_hours
+        self.retain_last = retain_last
+        self.allow_unsafe_retention = allow_unsafe_retention
         self._write().check(self.occflow_write.operation, self.task_id)
         self.declare_table_outlet()
 
@@ -107,7 +122,8 @@ class PyIcebergWriteOperator(OccflowWriteOperator):
     def _write(self) -> PyIcebergWrite:
         return PyIcebergWrite(
             data=self.data, merge_keys=self.merge_keys, where=self.where, add_columns=self.add_columns,
-            overwrite_mode=self.overwrite_mode, job=self.job,
+            overwrite_mode=self.overwrite_mode, job=self.job, older_than_hours=self.older_than_hours,
+            retain_last=self.retain_last, allow_unsafe_retention=self.allow_unsafe_retention,
         )
 
     def _target(self) -> PyIcebergTarget:
@@ -126,9 +142,9 @@ class PyIcebergWriteOperator(OccflowWriteOperator):
                 if not self.profile_given:
                     declaration = replace(declaration, profile=get_profile(measured))
                 target.check_profile(declaration, facts)
-                # pyiceberg's literal casts are not measured (core.partvalues has no rules for it):
-                # every family's rules, so a value keys every partition it could mean, never fewer.
-                declaration = declaration.with_typed_partitions(facts.partition_column_types, None)
+                # pyiceberg's own binding of a value to the column's type (core.partvalues
+                # CastRules.PYICEBERG, measured on real pyiceberg): {"p": "07"} on an INT is p=7.
+                declaration = declaration.with_typed_partitions(facts.partition_column_types, "pyiceberg")
             declaration = replace(declaration, engine_profile=declaration.profile.name)
             target.check_columns(declaration)
         except InvalidDeclarationError as exc:

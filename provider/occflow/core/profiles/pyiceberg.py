@@ -21,6 +21,16 @@ alike (every cell agrees on both), a dynamic partition overwrite alike a filtere
   catalog's ``CommitFailedException`` ("current schema id has changed"), which pyiceberg does not
   retry (a transaction without a snapshot is not rebuilt).
 
+- ``expire_snapshots`` (``ExpireSnapshots``: one ``RemoveSnapshotsUpdate``, no requirement, no
+  snapshot, no file deleted) commits beside every write, either order, at both levels: the catalog
+  applies it to the metadata current at its commit. Two expires planned on one snapshot: pyiceberg
+  fails the later one's update with a ``ValueError`` ("Snapshot with snapshot id ... does not
+  exist"), and occflow's expire plans again on the fresh table and commits (as Java's
+  ``RemoveSnapshots`` does): both commit. Beside a write the pair commits, yet an expire that removes the
+  snapshot a running write started from fails that write's next commit attempt ("Cannot find
+  starting snapshot", ``CommitWindow.resolve``, an append too) once a third commit made it retry:
+  those cells keep the two apart (``Effect.DELETES_FILES_IN_USE``), as Iceberg on Spark's do.
+
 pyiceberg reads the level of an overwrite from ``write.update.isolation-level`` and of a delete from
 ``write.delete.isolation-level`` (``TableMetadata.isolation_level``); occflow holds a table whose two
 levels differ to ``pyiceberg-serializable``.
@@ -49,6 +59,19 @@ S_SCHEMA_TWICE = (
     "pyiceberg/catalog/sql.py SqlCatalog.commit_table: 'Requirement failed: current schema id has changed'; "
     "Transaction.commit_transaction retries only transactions that commit a snapshot"
 )
+S_EXPIRE = (
+    "pyiceberg/table/update/snapshot.py ExpireSnapshots._commit: one RemoveSnapshotsUpdate, no requirement "
+    "(table/update/__init__.py applies it to the metadata current at the commit; no file deleted)"
+)
+S_EXPIRE_WINDOW = (
+    f"{S_EXPIRE}; pyiceberg/table/update/snapshot.py CommitWindow.resolve: 'Cannot find starting snapshot' "
+    "when a retried commit's starting snapshot was expired (tests/engines/test_pyiceberg_maintenance.py)"
+)
+S_EXPIRE_TWICE = (
+    "pyiceberg/table/update/__init__.py _apply_table_update(RemoveSnapshotsUpdate): 'Snapshot with snapshot id "
+    "... does not exist' (a ValueError, not retried by pyiceberg); occflow's engines/pyiceberg/maintenance.py "
+    "expire_snapshots plans again on the fresh table"
+)
 OBSERVED = "observed: occflow conformance --engine pyiceberg, pyiceberg 0.12.0, SQL catalog on SQLite"
 
 N_MERGE_AFTER_APPEND = (
@@ -73,15 +96,40 @@ N_SCHEMA_TWICE = (
     "where Java Iceberg's schema update refreshes and retries"
 )
 
+N_EXPIRE_IN_USE = (
+    "both commit from one snapshot (pyiceberg's expire asserts nothing and deletes no file), but an expire that "
+    "removes the snapshot a running write started from fails that write's commit retry ('Cannot find starting "
+    "snapshot', an append's too) once a third commit made it retry: admission keeps the two apart; at the "
+    "retention floor no running write's snapshot is old enough"
+)
+N_EXPIRE_ALTER = "a schema change commits no snapshot, so it has no starting snapshot to lose: both commit"
+N_EXPIRE_TWICE = (
+    "both expire the same snapshots: the later one's ids are gone when the catalog applies its update, "
+    "pyiceberg raises a ValueError, and occflow's expire plans again on the fresh table and commits what is "
+    "left (nothing here), as Java's RemoveSnapshots refreshes and re-applies"
+)
+
 OK_APPEND = (None, Effect.APPEND)
 OK_APPLIED = (None, Effect.APPLIED)
 VALIDATION = (ConflictKind.VALIDATION_CONFLICT, Effect.LATER_FAILS)
 CATALOG = (ConflictKind.COMMIT_FAILED, Effect.LATER_FAILS)
+IN_USE = (None, Effect.DELETES_FILES_IN_USE)
 
 Outcome = tuple[ConflictKind | None, Effect]
 #: The writes that validate against the commits they raced (they carry a filter).
 FILTERED = (Op.INSERT_OVERWRITE, Op.TRUNCATE, Op.DELETE, Op.MERGE)
-OPERATIONS = (Op.INSERT_INTO, *FILTERED, Op.ALTER_METADATA)
+#: The writes that commit a snapshot (and so resolve the snapshot they started from on a retry).
+SNAPSHOT_WRITES = (Op.INSERT_INTO, *FILTERED)
+OPERATIONS = (*SNAPSHOT_WRITES, Op.ALTER_METADATA, Op.EXPIRE_SNAPSHOTS)
+
+
+def _expire_cell(earlier: Operation, later: Operation) -> tuple[Outcome, str, str]:
+    """A pair with ``expire_snapshots`` in it (measured alike at both levels)."""
+    if earlier is later:
+        return OK_APPLIED, S_EXPIRE_TWICE, N_EXPIRE_TWICE
+    if Op.ALTER_METADATA in (earlier, later):
+        return OK_APPLIED, S_EXPIRE, N_EXPIRE_ALTER
+    return IN_USE, S_EXPIRE_WINDOW, N_EXPIRE_IN_USE
 
 
 def _matrix(serializable: bool) -> tuple[tuple[Operation, Operation, Outcome, str, str], ...]:
@@ -89,7 +137,9 @@ def _matrix(serializable: bool) -> tuple[tuple[Operation, Operation, Outcome, st
     rows: list[tuple[Operation, Operation, Outcome, str, str]] = []
     for earlier in OPERATIONS:
         for later in OPERATIONS:
-            if earlier is Op.ALTER_METADATA and later is Op.ALTER_METADATA:
+            if Op.EXPIRE_SNAPSHOTS in (earlier, later):
+                rows.append((earlier, later, *_expire_cell(earlier, later)))
+            elif earlier is Op.ALTER_METADATA and later is Op.ALTER_METADATA:
                 rows.append((earlier, later, CATALOG, S_SCHEMA_TWICE, N_SCHEMA_TWICE))
             elif Op.ALTER_METADATA in (earlier, later):
                 rows.append((earlier, later, OK_APPLIED, S_SCHEMA, N_DIFFERS_FROM_JAVA))
@@ -137,6 +187,9 @@ def _profile(level: str, isolation: str, description: str) -> Profile:
         cells=_cells(serializable=level == "serializable"),
         description=description,
         extra_kinds=(ConflictKind.COMMIT_FAILED, ConflictKind.COMMIT_STATE_UNKNOWN),
+        # The expire lists and removes snapshots of every partition, whatever it was declared with.
+        reads_whole_table=(Op.EXPIRE_SNAPSHOTS,),
+        reads_whole_table_source=S_EXPIRE,
     )
 
 
@@ -144,7 +197,8 @@ PYICEBERG_SERIALIZABLE = _profile(
     "serializable",
     "serializable (write.update.isolation-level / write.delete.isolation-level, pyiceberg's default)",
     "Appends never fail; an overwrite, delete or upsert fails after a commit that added or deleted files its "
-    "filter matches; schema changes commit beside data writes, and fail only against each other.",
+    "filter matches; schema changes commit beside data writes, and fail only against each other; "
+    "expire_snapshots commits beside every write but is kept apart from those that commit a snapshot.",
 )
 PYICEBERG_SNAPSHOT = _profile(
     "snapshot",
@@ -155,4 +209,4 @@ PYICEBERG_SNAPSHOT = _profile(
 
 PROFILES: tuple[Profile, ...] = (PYICEBERG_SERIALIZABLE, PYICEBERG_SNAPSHOT)
 
-__all__ = ["OPERATIONS", "PROFILES", "PYICEBERG_SERIALIZABLE", "PYICEBERG_SNAPSHOT"]
+__all__ = ["OPERATIONS", "PROFILES", "SNAPSHOT_WRITES", "PYICEBERG_SERIALIZABLE", "PYICEBERG_SNAPSHOT"]

@@ -6,7 +6,10 @@ pyiceberg writes ``snapshot_properties`` into the summary of every snapshot a wr
 overwrite that drops whole files and adds new ones commits a DELETE and an APPEND snapshot, both
 carrying them): the ledger and the winner read them back from the snapshot log. A schema change
 commits no snapshot: its labels go into table properties set in the same transaction
-(``SCHEMA_CHANGE_PREFIX``), so the ledger finds it there.
+(``SCHEMA_CHANGE_PREFIX``), so the ledger finds it there. So does ``expire_snapshots``: pyiceberg's
+``ExpireSnapshots`` commits only a ``RemoveSnapshotsUpdate`` (no snapshot, no summary to carry
+``snapshot_properties``), so its labels go under ``EXPIRE_SNAPSHOTS_PREFIX`` in the same commit.
+Each prefix holds the last such commit's labels: the ledger finds the newest of each kind.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from ..tags import FENCE, CommitTag
 COMMIT_ID_KEY = "occflow.commit-id"
 #: Table properties a schema change sets in its own transaction: its commit id and its tag.
 SCHEMA_CHANGE_PREFIX = "occflow.schema-change."
+#: Table properties an ``expire_snapshots`` sets in its own commit: its commit id and its tag.
+EXPIRE_SNAPSHOTS_PREFIX = "occflow.expire-snapshots."
 #: ``00004-<uuid>.metadata.json`` (or ``v4.metadata.json``): the metadata file's number.
 _METADATA_NUMBER = re.compile(r"(?:^|/)v?(\d+)(?:-[^/]*)?\.metadata\.json$")
 
@@ -73,18 +78,20 @@ def ambient_tag(tag: CommitTag, only_if: Mapping[str, str] | None = None) -> Ite
         _AMBIENT_TAG.reset(token)
 
 
-def schema_change_properties(props: Mapping[str, str]) -> dict[str, str]:
-    """A schema change's labels as the table properties it sets (``SCHEMA_CHANGE_PREFIX``)."""
-    return {SCHEMA_CHANGE_PREFIX + key: value for key, value in props.items()}
+def schema_change_properties(props: Mapping[str, str], prefix: str = SCHEMA_CHANGE_PREFIX) -> dict[str, str]:
+    """A metadata-only commit's labels as the table properties it sets (``SCHEMA_CHANGE_PREFIX``,
+    or ``EXPIRE_SNAPSHOTS_PREFIX`` for an expire)."""
+    return {prefix + key: value for key, value in props.items()}
 
 
-def from_schema_change_properties(properties: Mapping[str, str]) -> dict[str, str]:
-    """The labels the last tagged schema change left in the table's properties."""
-    return {k.removeprefix(SCHEMA_CHANGE_PREFIX): v for k, v in properties.items() if k.startswith(SCHEMA_CHANGE_PREFIX)}
+def from_schema_change_properties(properties: Mapping[str, str], prefix: str = SCHEMA_CHANGE_PREFIX) -> dict[str, str]:
+    """The labels the last tagged schema change (or expire, by ``prefix``) left in the table's properties."""
+    return {k.removeprefix(prefix): v for k, v in properties.items() if k.startswith(prefix)}
 
 
 __all__ = [
     "COMMIT_ID_KEY",
+    "EXPIRE_SNAPSHOTS_PREFIX",
     "SCHEMA_CHANGE_PREFIX",
     "CommitOptions",
     "ambient_tag",

@@ -28,6 +28,7 @@ from ..outcome import WriteOutcome
 from .catalog import CatalogConfig
 from .commit import CommitOptions
 from .facts import DELETE_LEVEL, LEVELS, UPDATE_LEVEL
+from .maintenance import expire_snapshots, expired_ids
 from .table import ENGINE, PyIcebergTable, equals
 
 #: The partition both jobs of a pair work on; ``other`` holds rows no job touches.
@@ -75,6 +76,12 @@ class PairJobs:
             return self.table.merge(source, ["id"], snapshot=snapshot, commit=commit, scope=part)
         if op is Operation.ALTER_METADATA:
             return self.table.add_columns({f"added_by_{role}": "long"}, snapshot=snapshot, commit=commit)
+        if op is Operation.EXPIRE_SNAPSHOTS:
+            # Every snapshot but the head the job read: a retention of 0 (refused unless said in so
+            # many words) is what makes a pair of one table's fresh snapshots meet at all.
+            return expire_snapshots(
+                self.table, older_than_hours=0, allow_unsafe_retention=True, snapshot=snapshot, commit=commit
+            )
         raise InvalidDeclarationError(f"pyiceberg conformance has no job for operation {op.value!r}")
 
 
@@ -142,14 +149,25 @@ class PyIcebergPairRunner:
                     seconds=time.perf_counter() - start,
                 )
             second = jobs.run(later, later_snapshot, "later")
+        note = _expired_note(((earlier, "earlier", first), (later, "later", second)))
         if second.committed:
-            return Observation(later_committed=True, seconds=time.perf_counter() - start)
+            return Observation(later_committed=True, seconds=time.perf_counter() - start, note=note)
         return Observation(
             later_committed=False,
             later_kind=None if second.classification is None else second.classification.kind,
             later_error=None if second.error is None else " ".join(second.error.messages),
             seconds=time.perf_counter() - start,
+            note=note,
         )
+
+
+def _expired_note(jobs: tuple[tuple[Operation, str, WriteOutcome], ...]) -> str:
+    """What each committed expire of a pair removed: a pair whose expire removed nothing proves nothing."""
+    return "; ".join(
+        f"the {role} expire removed {len(expired_ids(outcome))} snapshots"
+        for op, role, outcome in jobs
+        if op is Operation.EXPIRE_SNAPSHOTS and outcome.committed
+    )
 
 
 def sqlite_catalog(root: Path) -> CatalogConfig:

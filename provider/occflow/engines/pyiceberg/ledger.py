@@ -1,5 +1,5 @@
 """The exactly-once ledger of a pyiceberg table: the snapshot log (main's history, newest first)
-and, for a schema change, the labels it left in the table's properties."""
+and, for a schema change or an expire (no snapshot), the labels it left in the table's properties."""
 
 from __future__ import annotations
 
@@ -10,7 +10,13 @@ from dataclasses import dataclass
 
 from ..ledger import HISTORY_DEPTH, FoundCommit
 from ..tags import CommitTag
-from .commit import ambient_tag, from_schema_change_properties, metadata_number
+from .commit import (
+    EXPIRE_SNAPSHOTS_PREFIX,
+    SCHEMA_CHANGE_PREFIX,
+    ambient_tag,
+    from_schema_change_properties,
+    metadata_number,
+)
 from .table import ENGINE, PyIcebergTable
 from .winner import snapshots_after
 
@@ -36,10 +42,12 @@ class PyIcebergLedger:
 
     def tagged_commits(self) -> Iterator[FoundCommit]:
         current = self.iceberg.load()
-        # A schema change commits no snapshot: its tag is in the table's properties.
-        schema_change = CommitTag.from_properties(from_schema_change_properties(current.properties))
-        if schema_change is not None:
-            yield FoundCommit(self.engine, self.table, schema_change, version=metadata_number(current.metadata_location))
+        # A schema change or an expire commits no snapshot: the newest of each left its tag in the
+        # table's properties.
+        for prefix in (SCHEMA_CHANGE_PREFIX, EXPIRE_SNAPSHOTS_PREFIX):
+            metadata_only = CommitTag.from_properties(from_schema_change_properties(current.properties, prefix))
+            if metadata_only is not None:
+                yield FoundCommit(self.engine, self.table, metadata_only, version=metadata_number(current.metadata_location))
         for snapshot in reversed(snapshots_after(current, None)[-HISTORY_DEPTH:]):
             props = {} if snapshot.summary is None else dict(snapshot.summary.additional_properties)
             found = CommitTag.from_properties(props)

@@ -26,6 +26,8 @@ from ..outcome import ErrorInfo, MetadataCommit, WriteOutcome
 from .catalog import CatalogConfig
 from .commit import (
     COMMIT_ID_KEY,
+    EXPIRE_SNAPSHOTS_PREFIX,
+    SCHEMA_CHANGE_PREFIX,
     CommitOptions,
     from_schema_change_properties,
     metadata_number,
@@ -48,6 +50,13 @@ _ROW_COUNTS: dict[Operation, tuple[str, ...]] = {
     Operation.TRUNCATE: ("deleted-records",),
     Operation.DELETE: ("deleted-records",),
     Operation.MERGE: ("added-records",),
+}
+
+#: The operations that commit no snapshot, only new table metadata, and the prefix of the table
+#: properties their labels go to in the same commit (``commit.py``): how their commit is found.
+METADATA_ONLY: dict[Operation, str] = {
+    Operation.ALTER_METADATA: SCHEMA_CHANGE_PREFIX,
+    Operation.EXPIRE_SNAPSHOTS: EXPIRE_SNAPSHOTS_PREFIX,
 }
 
 #: The rows a write works on: ``{column: value}`` (equalities, ANDed) or a pyiceberg expression.
@@ -287,10 +296,11 @@ class PyIcebergTable:
         """The outcome of a write whose engine call returned: its own snapshots, found by its id."""
         after = self.load()
         ours = [s for s in after.snapshots() if s.summary is not None and s.summary[COMMIT_ID_KEY] == commit_id]
-        # A schema change is ours when the labels it set in the table's properties carry our id.
+        # A schema change (an expire) is ours when the labels it set in the table's properties carry our id.
+        prefix = METADATA_ONLY.get(operation)
         altered = (
-            operation is Operation.ALTER_METADATA
-            and from_schema_change_properties(after.properties).get(COMMIT_ID_KEY) == commit_id
+            prefix is not None
+            and from_schema_change_properties(after.properties, prefix).get(COMMIT_ID_KEY) == commit_id
         )
         if not ours and not altered:
             # pyiceberg commits nothing when a write changes nothing (a delete that matched no row)
@@ -309,7 +319,10 @@ class PyIcebergTable:
             tag=tag,
             metadata_commit=MetadataCommit(metadata_number(after.metadata_location), after.metadata_location)
             if altered else None,
-            engine_details={"snapshots": [s.snapshot_id for s in ours]} if len(ours) > 1 else {},
+            engine_details={
+                **({"snapshots": [s.snapshot_id for s in ours]} if len(ours) > 1 else {}),
+                **dict((result or {}).get("details") or {}),
+            },
         )
 
     def _winner(

@@ -15,7 +15,7 @@ from typing import Any
 from ...core.declaration import WriteDeclaration
 from ...core.errors import InvalidDeclarationError
 from ...core.observed import ObservedFootprint
-from ...core.operations import Operation
+from ...core.operations import Operation, check_retention
 from ...core.tablefacts import TableFacts
 from ..outcome import WriteOutcome
 from ..target import AttemptContext
@@ -23,6 +23,7 @@ from .catalog import CatalogConfig
 from .commit import CommitOptions
 from .facts import isolation_level, pyiceberg_table_facts
 from .ledger import PyIcebergLedger
+from .maintenance import check_retain_last, expire_snapshots, expired_ids
 from .observed import observe_pyiceberg_commit
 from .table import ENGINE, PyIcebergTable, primitive_type, require_columns, where_expression
 
@@ -45,9 +46,27 @@ class PyIcebergWrite:
     add_columns: Mapping[str, str] | None = None
     overwrite_mode: str = "filter"
     job: PyIcebergJob | None = field(default=None, compare=False)
+    #: expire_snapshots: expire snapshots older than this (``None``: the table's
+    #: ``history.expire.max-snapshot-age-ms``, 5 days by default), keeping the ``retain_last``
+    #: newest (``None``: the table's ``history.expire.min-snapshots-to-keep``, 1); below the safe
+    #: minimum only with ``allow_unsafe_retention=True``.
+    older_than_hours: float | None = None
+    retain_last: int | None = None
+    allow_unsafe_retention: bool = False
 
     def check(self, operation: Operation, where: str) -> None:
         """An error naming what the operation needs and was not given (DAG parse time)."""
+        # The floor the table itself sets is checked again when the expire runs (it reads it).
+        check_retention(
+            operation, self.older_than_hours, allow_unsafe_retention=self.allow_unsafe_retention, where=where
+        )
+        if operation is not Operation.EXPIRE_SNAPSHOTS and self.retain_last is not None:
+            raise InvalidDeclarationError(f"{where}: retain_last is expire_snapshots', not {operation.value}'s")
+        check_retain_last(self.retain_last, where)
+        if operation is Operation.EXPIRE_SNAPSHOTS and self.where:
+            raise InvalidDeclarationError(
+                f"{where}: expire_snapshots works on the whole table's snapshots, it takes no where= (got {self.where!r})"
+            )
         if self.overwrite_mode not in OVERWRITE_MODES:
             raise InvalidDeclarationError(
                 f"{where}: overwrite_mode must be one of {', '.join(OVERWRITE_MODES)}, got {self.overwrite_mode!r}"
@@ -103,6 +122,14 @@ _OPERATIONS: dict[Operation, Callable[[_Call], WriteOutcome]] = {
         c.rows(), c.write.merge_keys, snapshot=c.snapshot, commit=c.commit, scope=c.filter
     ),
     Operation.ALTER_METADATA: lambda c: c.table.add_columns(c.write.add_columns or {}, snapshot=c.snapshot, commit=c.commit),
+    Operation.EXPIRE_SNAPSHOTS: lambda c: expire_snapshots(
+        c.table,
+        older_than_hours=c.write.older_than_hours,
+        retain_last=c.write.retain_last,
+        allow_unsafe_retention=c.write.allow_unsafe_retention,
+        snapshot=c.snapshot,
+        commit=c.commit,
+    ),
 }
 BUILT_IN = frozenset(_OPERATIONS)
 
@@ -157,7 +184,10 @@ class PyIcebergTarget:
         return observe_pyiceberg_commit(self.table, [int(i) for i in ids])
 
     def report_details(self, declaration: WriteDeclaration, outcome: WriteOutcome | None) -> Mapping[str, Any]:
-        return {}
+        """An expire's report names the snapshots it removed (its commit has no snapshot of its own)."""
+        if outcome is None or declaration.operation is not Operation.EXPIRE_SNAPSHOTS or not outcome.committed:
+            return {}
+        return {"expired_snapshots": expired_ids(outcome)}
 
     # ------------------------------------------------------------------ checks before admission
 
