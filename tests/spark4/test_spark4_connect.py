@@ -9,11 +9,6 @@ spark-submit as ``start-connect-server.sh`` does), deliberately without Iceberg 
 from __future__ import annotations
 
 import multiprocessing
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -21,20 +16,13 @@ from pathlib import Path
 
 import connect_client
 import pytest
+from connect_server import connect_server, free_port
 
 from occflow.engines.spark import SparkConfig, SparkConfigError, SparkEngine
 
-CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 def test_a_connect_url_that_does_not_answer_is_refused_before_any_write(tmp_path: Path) -> None:
-    url = f"sc://127.0.0.1:{_free_port()}"  # nothing listens there
+    url = f"sc://127.0.0.1:{free_port()}"  # nothing listens there
     engine = SparkEngine(SparkConfig(remote=url, table_format="iceberg", home=str(tmp_path)))
     began = time.monotonic()
     with pytest.raises(SparkConfigError) as raised:
@@ -48,35 +36,8 @@ def test_a_connect_url_that_does_not_answer_is_refused_before_any_write(tmp_path
 @pytest.fixture(scope="module")
 def bare_connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Spark 4.1's Connect server with no Iceberg or Delta jars or extensions."""
-    import pyspark
-
-    port = _free_port()
-    home = Path(pyspark.__file__).parent
-    log = tmp_path_factory.mktemp("connect") / "server.log"
-    command = [str(home / "bin" / "spark-submit"), "--class", CONNECT_SERVER, "--master", "local[1]",
-               "--conf", f"spark.connect.grpc.binding.port={port}", "--conf", "spark.ui.enabled=false",
-               "--conf", "spark.driver.memory=512m", "spark-internal"]
-    env = {**os.environ, "SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable}
-    with log.open("w") as out:
-        server = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert server.poll() is None, f"the Connect server exited: {log.read_text()[-2000:]}"
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, f"the Connect server did not listen: {log.read_text()[-2000:]}"
-                time.sleep(0.5)
-        yield f"sc://127.0.0.1:{port}"
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)  # its own session: the server and nothing else
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=30)
+    with connect_server(tmp_path_factory.mktemp("connect") / "server.log", {}) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -85,7 +85,8 @@ def _python_class_names(error: BaseException) -> tuple[str, ...]:
 
 
 def _python_error_class(error: BaseException) -> str | None:
-    for name in ("getCondition", "getErrorClass"):
+    # PySpark 4 deprecates getErrorClass (a FutureWarning on every call): only where there is no getCondition.
+    for name in ("getCondition",) if hasattr(error, "getCondition") else ("getErrorClass",):
         value = _call(error, name)
         if isinstance(value, str) and value:
             return value

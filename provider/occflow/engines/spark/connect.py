@@ -22,6 +22,10 @@ DEFAULT_PORT = 15002
 #: How long the endpoint has to accept a TCP connection.
 CONNECT_TIMEOUT = 5.0
 EXTENSIONS_KEY = "spark.sql.extensions"
+#: What a Connect session occflow builds sets on its server-side session (the job's own ``conf``
+#: wins): the server's stack, with a ``Caused by`` line per cause, comes back with each error, so
+#: a conflict wrapped in another exception is still classified (``connect_errors.py``).
+CLIENT_CONF = {"spark.sql.connect.serverStacktrace.enabled": "true"}
 
 
 def endpoint(url: str) -> tuple[str, int]:
@@ -84,4 +88,4 @@ def check_server(spark: Any, url: str, table_format: str, needed: Mapping[str, s
         )
 
 
-__all__ = ["CONNECT_TIMEOUT", "DEFAULT_PORT", "check_answers", "check_server", "endpoint", "missing_server_settings"]
+__all__ = ["CLIENT_CONF", "CONNECT_TIMEOUT", "DEFAULT_PORT", "check_answers", "check_server", "endpoint", "missing_server_settings"]

@@ -10,6 +10,7 @@ from ...core.causes import explicit_chain
 from ...core.classify import classify
 from ...core.kinds import Classification
 from ..outcome import ErrorInfo
+from .connect_errors import connect_error_info
 from .winner import delta_spark_winner
 
 #: Causes recorded at most: Spark's wrapper stacks stay well under it.
@@ -66,7 +67,11 @@ def _python_error_class(exc: BaseException) -> str | None:
 
 
 def error_info(exc: BaseException) -> ErrorInfo:
-    """The exception class, error class and cause chain (Java's when Spark raised it)."""
+    """The exception class, error class and cause chain (Java's when Spark raised it, read back
+    from the server's texts over Spark Connect)."""
+    connect = connect_error_info(exc)
+    if connect is not None:
+        return connect
     java = _java_throwable(exc)
     classes, messages, error_class = ([], [], None) if java is None else _java_chain(java)
     if not classes:

@@ -17,6 +17,7 @@ from ...core.kinds import WinningCommit
 from ..ledger import FoundCommit
 from ..outcome import MetadataCommit, WriteOutcome
 from ..tags import WRITE_ID, CommitTag
+from .connect_tags import iceberg_session_tag, is_connect_session, session_write_id
 from .formats import CommitInfo
 from .iceberg_catalog import EXTENSIONS, IcebergCatalogConfig, jdbc_driver_jar, runtime_jars
 from .identifiers import quote_table, split_table, sql_string
@@ -167,9 +168,11 @@ def _sequence_number(spark: Any, table: str, snapshot_id: int) -> int | None:
 
 
 def _write_id_in_force(spark: Any) -> str | None:
-    """The write id this thread's Iceberg commits carry (``iceberg_commit_properties``); ``None``
-    when the thread tags nothing, on Spark Connect (no JVM on the client) or on a runtime without
-    Iceberg's ``CommitMetadata`` (whose commits then carry no tag either)."""
+    """The write id this thread's Iceberg commits carry (``iceberg_commit_properties``); on Spark
+    Connect the session's (``connect_tags.py``). ``None`` when nothing is tagged, or on a runtime
+    without Iceberg's ``CommitMetadata`` (whose commits then carry no tag either)."""
+    if is_connect_session(spark):
+        return session_write_id(spark)
     if getattr(spark, "_jvm", None) is None:
         return None
     try:
@@ -273,8 +276,8 @@ def _commit_properties_local(spark: Any) -> Any:
     jvm = getattr(spark, "_jvm", None)
     if jvm is None:
         raise InvalidDeclarationError(
-            "tagging Iceberg SQL commits needs a classic Spark session (py4j); Spark Connect has "
-            "no JVM on the client: use DataFrame writes with iceberg_write_options(tag)"
+            "tagging Iceberg SQL commits through CommitMetadata needs a classic Spark session (py4j); "
+            "a Spark Connect session is tagged through its conf (iceberg_commit_properties)"
         )
     try:
         cls = jvm.org.apache.spark.util.Utils.classForName(_COMMIT_METADATA, True, False)
@@ -288,9 +291,16 @@ def _commit_properties_local(spark: Any) -> Any:
         ) from exc
 
 
+def iceberg_commit_properties(spark: Any, tag: CommitTag) -> contextlib.AbstractContextManager[None]:
+    """Every Iceberg commit this thread makes inside carries the tag in its snapshot summary; on
+    Spark Connect, every commit of the session (``connect_tags.py``: no JVM on the client)."""
+    if is_connect_session(spark):
+        return iceberg_session_tag(spark, tag)
+    return _thread_commit_properties(spark, tag)
+
+
 @contextlib.contextmanager
-def iceberg_commit_properties(spark: Any, tag: CommitTag) -> Iterator[None]:
-    """Every Iceberg commit this thread makes inside carries the tag in its snapshot summary."""
+def _thread_commit_properties(spark: Any, tag: CommitTag) -> Iterator[None]:
     local = _commit_properties_local(spark)
     props = spark._jvm.java.util.HashMap()
     for key, value in tag.properties().items():

@@ -69,7 +69,7 @@ class SparkEngine:
 
             if self.config.remote:
                 builder = SparkSession.builder.remote(self.config.remote)
-                for key, value in self.config.spark_conf().items():
+                for key, value in {**connect.CLIENT_CONF, **self.config.spark_conf()}.items():
                     if key not in _STATIC_KEYS and not key.startswith("spark.ui"):
                         builder = builder.config(key, value)
                 spark = builder.getOrCreate()
