@@ -272,11 +272,27 @@ def _call_table(procedure: str, rest: list[Token], where: str) -> str:
     return ".".join((proc[0], *parts)) if len(proc) == 3 and len(parts) == 2 else value.text
 
 
+_WORD_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _name_part(tokens: list[Token], i: int) -> bool:
+    """``tokens[i]`` is a part of a dotted name: a name, or a word the tokenizer reads as a keyword
+    (``default`` in ``default.events``, Spark's default database) where a dot joins it to
+    another part; alone it stays a keyword (``OPTIMIZE t WHERE ...``)."""
+    token = tokens[i]
+    if token.token_type in (TokenType.VAR, TokenType.IDENTIFIER):
+        return True
+    if token.token_type is TokenType.STRING or not _WORD_RE.fullmatch(token.text):
+        return False
+    after_dot = i > 0 and tokens[i - 1].token_type is TokenType.DOT
+    return after_dot or (i + 1 < len(tokens) and tokens[i + 1].token_type is TokenType.DOT)
+
+
 def dotted_name(tokens: list[Token]) -> tuple[str, list[Token]]:
     """A leading ``a.b.c`` (back-quoted parts kept quoted) and the tokens after it."""
     parts: list[str] = []
     i = 0
-    while i < len(tokens) and tokens[i].token_type in (TokenType.VAR, TokenType.IDENTIFIER):
+    while i < len(tokens) and _name_part(tokens, i):
         token = tokens[i]
         quoted = token.token_type is TokenType.IDENTIFIER
         parts.append("`" + token.text.replace("`", "``") + "`" if quoted else token.text)
