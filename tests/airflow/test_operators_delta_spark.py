@@ -160,6 +160,41 @@ with DAG("delta_spark_future_feature", schedule=None, start_date=pendulum.dateti
 '''
 
 
+VACUUM_DAG = GATED + '''
+
+@task
+def rewrite_and_set_floor():
+    # An UPDATE leaves the files it rewrote behind (removed in the log, still on disk), and the
+    # table's own floor is 30 days: above the 7 days occflow knows without reading the table.
+    spark = spark_engine(CONFIG).session()
+    spark.sql(f"UPDATE {{T}} SET amount = amount + 1 WHERE ds = '2024-01-01'")
+    spark.sql(f"ALTER TABLE {{T}} SET TBLPROPERTIES ('delta.deletedFileRetentionDuration' = 'interval 30 days')")
+
+
+@task(trigger_rule="all_done")
+def files():
+    spark = spark_engine(CONFIG).session()
+    location = spark.sql(f"DESCRIBE DETAIL {{T}}").collect()[0]["location"].removeprefix("file:")
+    on_disk = sorted(str(p) for p in pathlib.Path(location).rglob("*.parquet"))
+    live = sorted(f.removeprefix("file:") for f in spark.table(T).inputFiles())
+    return {{"on_disk": on_disk, "live": live}}
+
+
+with DAG("delta_spark_vacuum", schedule=None, start_date=pendulum.datetime(2024, 1, 1)):
+    # 200 hours passes the parse-time check (7 days) but not the table's 30 days: refused at run time.
+    short = SparkWriteOperator(
+        task_id="vacuum_below_table_floor", table=T, table_format="delta", spark_config=CONFIG,
+        job=f"VACUUM {{T}} RETAIN 200 HOURS", retries=2,
+    )
+    unsafe = SparkWriteOperator(
+        task_id="vacuum_unsafe", table=T, table_format="delta", spark_config=CONFIG,
+        job=f"VACUUM {{T}} RETAIN 0 HOURS", allow_unsafe_retention=True, trigger_rule="all_done",
+    )
+    before, between, after = (files.override(task_id=t)() for t in ("before", "between", "after"))
+    create_table() >> rewrite_and_set_floor() >> before >> short >> between >> unsafe >> after >> table_content()
+'''
+
+
 @pytest.fixture(scope="module")
 def delta_dags(airflow_home: Path, dag_folder: Path) -> Iterator[Any]:
     pytest.importorskip("pyspark")
@@ -232,3 +267,27 @@ def test_an_in_process_write_to_a_table_needing_a_feature_the_jar_lacks_fails_fa
     content = run["tasks"]["table_content"]["xcom"]["return_value"]
     assert [(v, op) for v, op, _ in content["history"]] == [(0, "CREATE TABLE"), (1, "WRITE"), (2, "UPGRADE PROTOCOL")]
     assert not any(r[0] == 70 for r in content["rows"])
+
+
+def test_a_vacuum_below_the_tables_floor_is_refused_and_an_allowed_one_deletes_only_unreferenced_files(
+    delta_dags, tmp_path
+) -> None:
+    """delta-spark VACUUM through ``SparkWriteOperator`` (issue 36): the table's own retention
+    (30 days) refuses a 200-hour VACUUM before anything runs (first try, retries unused, not a
+    file gone); ``allow_unsafe_retention=True`` runs ``RETAIN 0 HOURS`` with Delta's own check
+    off for that statement, and it deletes exactly the files no live version references. The
+    oracle is the table's directory on disk and Spark's own list of the files it reads."""
+    run = delta_dags(VACUUM_DAG, tmp_path, "vacuumed_events")
+    tasks = run["tasks"]
+    short = tasks["vacuum_below_table_floor"]
+    assert short["state"] == "failed" and short["tries"] == 1, run
+    before = tasks["before"]["xcom"]["return_value"]
+    between = tasks["between"]["xcom"]["return_value"]
+    after = tasks["after"]["xcom"]["return_value"]
+    assert len(before["on_disk"]) > len(before["live"])  # the UPDATE's rewritten files are still there
+    assert between == before  # the refused VACUUM deleted nothing
+    assert tasks["vacuum_unsafe"]["state"] == "success", run
+    assert after["live"] == before["live"] and after["on_disk"] == after["live"]
+    content = tasks["table_content"]["xcom"]["return_value"]
+    assert content["rows"] == [[1, "2024-01-01", 2], [2, "2024-01-01", 3], [3, "2024-01-02", 3]]
+    assert [op for _, op, _ in content["history"]].count("VACUUM END") == 1

@@ -87,7 +87,7 @@ def test_profiles_validate_by_footprint_and_overwrite_only_files_read(profile: P
     assert profile.rules is RuleKind.FOOTPRINT
     assert profile.overwrite_scope is OverwriteScope.FILES_READ
     assert profile.validator is not None
-    assert set(profile.operations) == set(DELTA_OPERATIONS)
+    assert set(profile.operations) == {*DELTA_OPERATIONS, Op.VACUUM}
     assert profile.table_format == "delta"
 
 

@@ -80,7 +80,9 @@ def test_optimize_runs_beside_every_data_write_but_not_another_optimize(level) -
         assert not profile.conflicts(Op.OPTIMIZE, other), other
         assert PLAIN[level].conflicts(Op.OPTIMIZE, other) is (other is not Op.INSERT_INTO)
     assert profile.cell(Op.OPTIMIZE, Op.OPTIMIZE).exception is ConflictKind.CONCURRENT_DELETE_DELETE
-    assert set(profile.operations) == set(PLAIN[level].operations) == set(DELTA_OPERATIONS)
+    # VACUUM is measured on delta-spark (the plain profiles), not on Databricks' row-level concurrency.
+    assert set(profile.operations) == set(DELTA_OPERATIONS)
+    assert set(PLAIN[level].operations) == {*DELTA_OPERATIONS, Op.VACUUM}
 
 
 @pytest.mark.parametrize("level", RLC)

@@ -12,11 +12,12 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from ..core.declaration import WriteDeclaration, resolve_profile
 from ..core.errors import InvalidDeclarationError
-from ..core.operations import check_retention, statement_retention_hours
+from ..core.operations import Operation, check_retention, statement_retention_hours
 from ..core.sql import check_sql_write, job_text
 from ..core.sqlderive import check_derived_against, derive_write
 from ..engines.spark import IcebergFormat, SparkConfig
 from ..engines.spark.ddl import table_columns
+from ..engines.spark.maintenance import DeltaVacuumJob, vacuum_retention
 from ..engines.spark.target import SparkJob, SparkTarget, spark_engine
 from ..hooks.spark import DEFAULT_CONN_ID, OccflowSparkHook
 from .assets import TABLE_SCHEMES, catalog_table_uri
@@ -215,6 +216,9 @@ class SparkWriteOperator(OccflowWriteOperator):
             return declaration
         try:
             check_sql_retention(self.sql, declaration, self.allow_unsafe_retention, self.task_id)
+            if _delta_vacuum(declaration):  # the table's own (longer) floor, before admission
+                vacuum_retention(spark_engine(config).session(), declaration.table, job_text(self.sql)[0],
+                                 allow_unsafe_retention=self.allow_unsafe_retention, where=self.task_id)
             return self.declare_from_table(declaration)
         except InvalidDeclarationError as exc:
             raise AirflowFailException(f"{self.task_id}: {exc}; nothing ran") from exc
@@ -290,12 +294,19 @@ class SparkWriteOperator(OccflowWriteOperator):
             return self.job
         # Checked in declare(); again here, against the running session's catalog, so the
         # text that runs is the text that was checked.
-        return checked_sql(
-            self.sql, declaration, spark_engine(self.session_config()).config.sql_catalog, self.task_id
-        )
+        text = checked_sql(self.sql, declaration, spark_engine(self.session_config()).config.sql_catalog, self.task_id)
+        if _delta_vacuum(declaration):
+            # delta-spark: the table's floor checked again as the VACUUM runs, and Delta's own
+            # check off for this statement only, only when allowed.
+            return DeltaVacuumJob(text, declaration.table, self.allow_unsafe_retention, where=self.task_id)
+        return text
 
     def write_target(self, declaration: WriteDeclaration, context: Any) -> SparkTarget:
         return self._target(declaration)
+
+
+def _delta_vacuum(declaration: WriteDeclaration) -> bool:
+    return declaration.operation is Operation.VACUUM and declaration.profile.table_format == "delta"
 
 
 def sql_operation(sql: SqlText | None, kwargs: Mapping[str, Any]) -> str:

@@ -214,6 +214,11 @@ class ConflictChecker:
     table_isolation: IsolationLevel
 
     def __call__(self, current: Footprint, winner: Footprint) -> Conflict | None:
+        if current.operation is Op.VACUUM:
+            # delta-spark's VACUUM starts the transaction of each of its commits right before
+            # committing it (VacuumCommand.logVacuumStart / logVacuumEnd): no commit lands between
+            # its snapshot and its commit, so no check has a winner to find (VACUUM_MATRIX).
+            return None
         return first_conflict(CHECKS, current, winner, isolation_level_to_use(current, self.table_isolation))
 
 
@@ -558,6 +563,68 @@ ALSO_RAISES: dict[tuple[Operation, Operation], tuple[ConflictKind, ...]] = {
 }
 
 
+# --------------------------------------------------------------------------------------------
+# VACUUM (issue 36), measured on delta-spark 3.3.3
+# --------------------------------------------------------------------------------------------
+
+# delta-spark's VACUUM (VacuumCommand.gc) lists every file under the table's root and deletes the
+# ones its snapshot does not name that are older than the retention: files removed by earlier
+# versions, and untracked files (a running writer's files not committed yet among them). Its log
+# records are two empty commits (VACUUM START and VACUUM END, commitInfo only), each on a
+# transaction it starts at the latest version right before committing it (logVacuumStart /
+# logVacuumEnd: deltaLog.startTransaction(), then commit(Seq(), ...)): nothing it commits fails a
+# job beside it, and no commit made while it lists can fail it. The harm is in the files, not the
+# log: beside a job that reads or writes data files the cells say ``Effect.DELETES_FILES_IN_USE``
+# and admission keeps the two apart (tests/engines/test_maintenance_delta_spark.py reproduces the
+# failure and its prevention). Unlike delta-rs (core/profiles/deltars.py), a VACUUM after a data
+# removal or a metadata change commits: it has no older snapshot to be validated against.
+S_SPARK_VACUUM = (
+    "delta-io/delta VacuumCommand.scala (3.3): logVacuumStart / logVacuumEnd commit no action on a transaction "
+    "started at the latest version; gc deletes every file its snapshot does not name that is older than the "
+    "retention (removed or untracked)"
+)
+M_SPARK_VACUUM = (
+    "measured: delta-spark 3.3.3, the conformance runner's VACUUM pairs on a WriteSerializable partitioned "
+    "table with deletion vectors and a Serializable unpartitioned one without (docs/conformance/delta-spark.md)"
+)
+S_SPARK_VACUUM_ALL = src(S_SPARK_VACUUM, M_SPARK_VACUUM)
+IN_USE = Outcome(None, Effect.DELETES_FILES_IN_USE)
+N_SPARK_VACUUM_IN_USE = (
+    "both commit (VACUUM's commits hold no add or remove, and its START transaction starts at the latest "
+    "version); but under a retention shorter than the other job's run VACUUM deletes what that job still "
+    "needs: files an OPTIMIZE or a rewrite removed while the job was reading them (it fails with "
+    "SparkFileNotFoundException, not a conflict: never retried; tests/engines/test_maintenance_delta_spark.py) "
+    "and, as it deletes every untracked file older than the retention, a running writer's files not yet "
+    "committed (measured: on a table without partitions an INSERT that had opened its file before a VACUUM "
+    "RETAIN 0 HOURS failed with TASK_WRITE_FAILED)"
+)
+N_SPARK_VACUUM_NO_FILES = (
+    "both commit: an ALTER reads and writes no data file, and two VACUUMs delete the same unreferenced files"
+)
+_SPARK_VACUUM_PEERS = (
+    Op.INSERT_INTO, Op.INSERT_OVERWRITE, Op.TRUNCATE, Op.UPDATE, Op.DELETE, Op.MERGE, Op.OPTIMIZE,
+    Op.UPGRADE_PROTOCOL,  # REORG ... APPLY (UPGRADE) rewrites the files lacking the feature
+)
+#: VACUUM's rows, in ``DELTA_MATRIX``'s shape (the same outcome at both isolation levels, measured).
+VACUUM_MATRIX: tuple[MatrixRow, ...] = (
+    *((peer, Op.VACUUM, IN_USE, IN_USE, S_SPARK_VACUUM_ALL, N_SPARK_VACUUM_IN_USE) for peer in _SPARK_VACUUM_PEERS),
+    (Op.ALTER_METADATA, Op.VACUUM, OK_APPLIED, OK_APPLIED, S_SPARK_VACUUM_ALL, N_SPARK_VACUUM_NO_FILES),
+    *((Op.VACUUM, peer, IN_USE, IN_USE, S_SPARK_VACUUM_ALL, N_SPARK_VACUUM_IN_USE) for peer in _SPARK_VACUUM_PEERS),
+    (Op.VACUUM, Op.ALTER_METADATA, OK_APPLIED, OK_APPLIED, S_SPARK_VACUUM_ALL, N_SPARK_VACUUM_NO_FILES),
+    (Op.VACUUM, Op.VACUUM, OK_APPLIED, OK_APPLIED, S_SPARK_VACUUM_ALL, N_SPARK_VACUUM_NO_FILES),
+)
+#: VACUUM lists and deletes in every partition: its footprint is the whole table.
+VACUUM_READS_WHOLE_TABLE_SOURCE = (
+    "delta-io/delta VacuumCommand.scala: gc lists every file under the table's root, whatever partition "
+    "(VACUUM of a partition is refused: 'Vacuuming specific partitions is currently not supported')"
+)
+
+
+def profile_cells(level: IsolationLevel) -> tuple[Cell, ...]:
+    """A delta-spark profile's cells: ``DELTA_MATRIX`` and ``VACUUM_MATRIX`` at one level."""
+    return (*cells_for(level), *(cell_at(level, row) for row in VACUUM_MATRIX))
+
+
 DELTA_SOURCES = (
     "shared/specs/003_27084d7666c983fb.txt",
     "shared/specs/004_d2e63394a8cb21c3.txt",
@@ -585,13 +652,15 @@ DELTA_SERIALIZABLE = Profile(
     rules=RuleKind.FOOTPRINT,
     overwrite_scope=OverwriteScope.FILES_READ,
     sources=DELTA_SOURCES,
-    cells=cells_for(IsolationLevel.SERIALIZABLE),
+    cells=profile_cells(IsolationLevel.SERIALIZABLE),
     description=(
         "Any file added to a partition a job read fails it (ConcurrentAppend), blind appends included; "
         "removing a file a job read fails it (ConcurrentDeleteRead); a metadata change fails every "
         "concurrent writer. Blind appends and OPTIMIZE never fail because of appends."
     ),
     extra_kinds=DELTA_EXTRA_KINDS,
+    reads_whole_table=(Op.VACUUM,),
+    reads_whole_table_source=VACUUM_READS_WHOLE_TABLE_SOURCE,
     validator=ConflictChecker(IsolationLevel.SERIALIZABLE),
 )
 
@@ -603,13 +672,15 @@ DELTA_WRITE_SERIALIZABLE = Profile(
     rules=RuleKind.FOOTPRINT,
     overwrite_scope=OverwriteScope.FILES_READ,
     sources=DELTA_SOURCES,
-    cells=cells_for(IsolationLevel.WRITE_SERIALIZABLE),
+    cells=profile_cells(IsolationLevel.WRITE_SERIALIZABLE),
     description=(
         "As Serializable, except that files added by blind appends do not fail a job that read their "
         "partition (unless that job changes metadata): the appended rows survive a concurrent "
         "overwrite, update, delete or merge of the files it read."
     ),
     extra_kinds=DELTA_EXTRA_KINDS,
+    reads_whole_table=(Op.VACUUM,),
+    reads_whole_table_source=VACUUM_READS_WHOLE_TABLE_SOURCE,
     validator=ConflictChecker(IsolationLevel.WRITE_SERIALIZABLE),
 )
 

@@ -32,6 +32,9 @@ unpartitioned table the same statements' ``ds = 'p'`` is a data predicate, and T
 OPTIMIZE / INSERT OVERWRITE take the whole table. The earlier TRUNCATE is the metadata-only
 ``DELETE ... WHERE ds = 'p'``; the later one needs a UDF, so it deletes every row of ``p`` row by
 row (same read set, same removed files, no file added).
+
+VACUUM (``RETAIN 0 HOURS``, Delta's check off) has no snapshot to pin: its two empty commits start at
+the latest version (``VacuumCommand.logVacuumStart``); a later VACUUM runs after the earlier commit.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ from .config import SparkConfig
 from .delta_pinned import PinnedDelta
 from .errors import classify_error, error_info
 from .jvm_artifacts import DELTA_SPARK
+from .maintenance import retention_check_off
 from .session import SparkEngine
 
 ENGINE = "delta-spark"
@@ -86,9 +90,8 @@ class Layout:
 
     @property
     def label(self) -> str:
-        part = "partitioned" if self.partitioned else "unpartitioned"
         dv = "deletion vectors" if self.deletion_vectors else "no deletion vectors"
-        return f"delta-spark {self.isolation}, {part}, {dv}"
+        return f"delta-spark {self.isolation}, {'partitioned' if self.partitioned else 'unpartitioned'}, {dv}"
 
 
 #: Every configuration of the full run, in report order.
@@ -166,6 +169,8 @@ def _statement(op: Operation, table: str, role: str, layout: Layout, gate: str |
         return f"ALTER TABLE {table} SET TBLPROPERTIES ('occflow.conformance.{role}' = '1')"
     if op is Operation.UPGRADE_PROTOCOL:
         return f"ALTER TABLE {table} SET TBLPROPERTIES ('{UPGRADE_FEATURE}' = 'supported')"
+    if op is Operation.VACUUM:  # the unsafe retention users run (Delta's own check off: maintenance.py)
+        return f"VACUUM {table} RETAIN 0 HOURS"
     raise InvalidDeclarationError(f"delta-spark conformance has no job for operation {op.value!r}")
 
 
@@ -211,13 +216,16 @@ OPTIMIZE_RETRIES = (
     "conflict checker and spec 004 fail every write concurrent with a metadata change; delta-rs does not retry): "
     "admission keeps the two apart, which costs an OPTIMIZE a wait, never a lost write"
 )
+VACUUM_DELETED_ITS_FILE = (
+    "the harm the cell names (deletes_files_in_use), seen in the log: on a table without partitions the writer's "
+    "task had opened its file in the table's root before its gate, and VACUUM RETAIN 0 HOURS deleted it as "
+    "untracked; the writer fails (TASK_WRITE_FAILED, not a conflict: never retried). Admission keeps the two apart"
+)
 EXPLAINED: tuple[Divergence, ...] = (
-    *(
-        Divergence(Operation.INSERT_INTO, later, ConflictKind.CONCURRENT_APPEND, NO_WRITE_SERIALIZABLE,
-                   isolation="WriteSerializable")
-        for later in (Operation.INSERT_OVERWRITE, Operation.TRUNCATE, Operation.UPDATE, Operation.DELETE,
-                      Operation.MERGE)
-    ),
+    *(Divergence(Operation.VACUUM, later, ConflictKind.NOT_A_CONFLICT, VACUUM_DELETED_ITS_FILE, partitioned=False)
+      for later in (Operation.INSERT_INTO, Operation.INSERT_OVERWRITE)),
+    *(Divergence(Operation.INSERT_INTO, later, ConflictKind.CONCURRENT_APPEND, NO_WRITE_SERIALIZABLE, isolation="WriteSerializable")
+      for later in (Operation.INSERT_OVERWRITE, Operation.TRUNCATE, Operation.UPDATE, Operation.DELETE, Operation.MERGE)),
     Divergence(Operation.ALTER_METADATA, Operation.OPTIMIZE, None, OPTIMIZE_RETRIES),
     Divergence(Operation.UPGRADE_PROTOCOL, Operation.OPTIMIZE, None, OPTIMIZE_RETRIES),
 )
@@ -310,7 +318,7 @@ class DeltaSparkPairRunner:
         pinned: tuple[Any, Any, Any] = (None, None, None)
         if later in PINNED:
             pinned = jvm.snapshot(table)
-        else:
+        elif later is not Operation.VACUUM:  # VACUUM has no snapshot to pin: see the docstring
             later_sql = _statement(later, table, "later", layout, gate)
 
             def run_later() -> None:
@@ -330,7 +338,8 @@ class DeltaSparkPairRunner:
                 return _invalid(start, "the later job never reached its gate (it did not wait for the earlier commit)"
                                 + (f": {_text(later_error[0])}" if later_error else ""))
         try:
-            spark.sql(_statement(earlier, table, "earlier", layout, None)).collect()
+            with retention_check_off(spark) if earlier is Operation.VACUUM else contextlib.nullcontext():
+                spark.sql(_statement(earlier, table, "earlier", layout, None)).collect()
         except Exception as exc:  # the experiment broke: report it, never count it
             Path(gate).touch()
             if worker is not None:
@@ -347,6 +356,9 @@ class DeltaSparkPairRunner:
                     jvm.optimize(pinned, layout.partitioned)
                 elif later is Operation.ALTER_METADATA:
                     jvm.set_properties(pinned, {"occflow.conformance.later": "1"}, read_all=False)
+                elif later is Operation.VACUUM:
+                    with retention_check_off(spark):
+                        spark.sql(_statement(later, table, "later", layout, None)).collect()
                 else:
                     jvm.set_properties(pinned, {UPGRADE_FEATURE: "supported"}, read_all=True)
             except Exception as exc:  # noqa: BLE001 - the later job's failure is the observation
@@ -377,7 +389,7 @@ def _observed(spark: Any, table: str, later: Operation, later_error: list[BaseEx
             # Pinned on v0 by construction: a later read version is OPTIMIZE's own retry
             # (OptimizeExecutor.commitAndRetry) after its first commit attempt conflicted.
             note += f"; OPTIMIZE's first attempt (read v0) conflicted and Delta retried it on v{last_read}"
-        else:
+        elif later is not Operation.VACUUM:  # its commits start at the latest version by design
             return _invalid(
                 start, f"the later job read v{last_read}, not the snapshot before the earlier commit (v0)"
             )
@@ -385,8 +397,7 @@ def _observed(spark: Any, table: str, later: Operation, later_error: list[BaseEx
 
 
 def _invalid(start: float, why: str) -> Observation:
-    return Observation(later_committed=False, earlier_committed=False, earlier_error=why,
-                       seconds=time.perf_counter() - start)
+    return Observation(later_committed=False, earlier_committed=False, earlier_error=why, seconds=time.perf_counter() - start)
 
 
 def _text(exc: BaseException) -> str:
@@ -451,15 +462,7 @@ def conformance_meta() -> dict[str, str]:
     return {"pyspark": str(pyspark.__version__), "delta-spark": DELTA_SPARK.coordinate}
 
 
-__all__ = [
-    "ENGINE",
-    "LAYOUTS",
-    "ConflictKind",
-    "DeltaSparkPairRunner",
-    "Layout",
-    "conformance_meta",
-    "conformance_runners",
-]
+__all__ = ["ENGINE", "LAYOUTS", "ConflictKind", "DeltaSparkPairRunner", "Layout", "conformance_meta", "conformance_runners"]
 
 
 def parse_layout(text: str) -> Layout:
@@ -474,8 +477,7 @@ def parse_layout(text: str) -> Layout:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run some pairs on some layouts and print the report as JSON (the test suite's subset runs
-    here, in a process of its own: a JVM's SQL extensions are fixed when it starts)."""
+    """Some pairs on some layouts, the report as JSON (the test suite's subset, in a JVM of its own)."""
     parser = argparse.ArgumentParser(prog="python -m occflow.engines.spark.delta_conformance")
     parser.add_argument("--layout", action="append", required=True, help="ISOLATION,partitioned|unpartitioned,dv|no-dv")
     parser.add_argument("--pair", action="append", required=True, metavar="EARLIER:LATER")
