@@ -203,6 +203,9 @@ SQL = [
     "ALTER TABLE db.t PARTITION (ds = '{d}') COMPACT MAJOR",
     "VACUUM db.t RETAIN 168 HOURS",
     "CALL system.expire_snapshots(table => 'db.t', retain_last => 5)",
+    "CALL system.remove_orphan_files(table => 'db.t')",
+    "CALL system.rewrite_manifests(table => 'db.t')",
+    "CALL system.rewrite_position_delete_files(table => 'db.t')",
 ]
 SNAPSHOT = [f"write.{kind}.isolation-level=snapshot" for kind in ("delete", "update", "merge")]
 DV = "delta.enableDeletionVectors=true"

@@ -129,13 +129,13 @@ CELLS = _cell_params()
 
 
 @pytest.mark.parametrize("level", PROFILES)
-def test_matrix_has_the_64_pairs_of_the_eight_iceberg_operations_and_expire_snapshots(level: str) -> None:
+def test_matrix_has_the_144_pairs_of_the_eight_iceberg_operations_and_four_maintenance_ones(level: str) -> None:
     profile = PROFILES[level]
-    ops = (*OPS, Op.EXPIRE_SNAPSHOTS)
+    ops = (*OPS, Op.EXPIRE_SNAPSHOTS, Op.REMOVE_ORPHAN_FILES, Op.REWRITE_MANIFESTS, Op.REWRITE_POSITION_DELETES)
     assert profile.operations == ops
-    assert len(profile.cells) == 81
+    assert len(profile.cells) == 144
     assert {(c.earlier, c.later) for c in profile.cells} == {(a, b) for a in ops for b in ops}
-    assert len(ICEBERG_MATRIX) == 81
+    assert len(ICEBERG_MATRIX) == 144
 
 
 @pytest.mark.parametrize("level", PROFILES)
@@ -148,7 +148,7 @@ def test_expire_snapshots_is_kept_apart_from_every_job_that_validates_from_its_s
     for op in profile.operations:
         for cell in (profile.cell(expire, op), profile.cell(op, expire)):
             assert not cell.later_fails, cell
-        reads = op in (Op.UPDATE, Op.DELETE, Op.MERGE, Op.OPTIMIZE)
+        reads = op in (Op.UPDATE, Op.DELETE, Op.MERGE, Op.OPTIMIZE, Op.REWRITE_POSITION_DELETES, Op.REMOVE_ORPHAN_FILES)
         assert profile.conflicts(expire, op) is reads, op
     assert expire in profile.reads_whole_table
 
@@ -313,7 +313,7 @@ def test_profile_is_footprint_ruled_with_partition_overwrites_and_iceberg_commit
     document = profile.to_dict()
     assert document["profile"] == f"iceberg-{level}"
     cells = document["cells"]
-    assert isinstance(cells, list) and len(cells) == 81
+    assert isinstance(cells, list) and len(cells) == 144
 
 
 def test_the_levels_differ_only_where_a_row_level_job_follows_an_append() -> None:
@@ -326,7 +326,7 @@ def test_the_levels_differ_only_where_a_row_level_job_follows_an_append() -> Non
 
 
 def test_cells_run_on_spark_are_cells_of_the_matrix_and_say_so() -> None:
-    assert len(SPARK_CHECKED) == 25 + 2 * 17  # and the expire_snapshots pairs at both levels
+    assert len(SPARK_CHECKED) == 25 + 2 * (17 + 63)  # and the maintenance pairs at both levels
     for level, earlier, later in SPARK_CHECKED:
         cell = PROFILES[level.value].cell(earlier, later)
         assert "Checked on Spark 3.5.9 + Iceberg 1.10.2." in cell.note

@@ -34,7 +34,11 @@ from occflow.core.reference import ReferenceTable, Transaction
 
 PARTS = ("p", "q")
 #: Operations on the table, never on one partition (they are begun on the whole table).
-TABLE_LEVEL = frozenset({Op.ALTER_METADATA, Op.UPGRADE_PROTOCOL, Op.VACUUM, Op.EXPIRE_SNAPSHOTS})
+# Manifests and orphan files span partitions: these are never run as per-partition jobs.
+TABLE_LEVEL = frozenset({
+    Op.ALTER_METADATA, Op.UPGRADE_PROTOCOL, Op.VACUUM, Op.EXPIRE_SNAPSHOTS,
+    Op.REMOVE_ORPHAN_FILES, Op.REWRITE_MANIFESTS, Op.REWRITE_POSITION_DELETES,
+})
 CELLS = [(name, cell) for name, profile in PROFILES.items() for cell in profile.cells]
 IDS = [f"{name}:{cell.earlier.value}->{cell.later.value}" for name, cell in CELLS]
 PARTITION_CELLS = [(n, c) for n, c in CELLS if c.earlier not in TABLE_LEVEL and c.later not in TABLE_LEVEL]

@@ -52,17 +52,38 @@ def test_unknown_operation_in_a_pair_is_named(iceberg_engine: SparkEngine) -> No
         run_iceberg_conformance([("minor_compact", "update")], spark_engine=iceberg_engine)
 
 
+#: The maintenance operations of issue 36 item 3: their pairs run at one isolation level in CI.
+NEW_MAINTENANCE = frozenset({Operation.REMOVE_ORPHAN_FILES, Operation.REWRITE_MANIFESTS, Operation.REWRITE_POSITION_DELETES})
+
+
+def _cell(profile_name: str, a: Operation, b: Operation) -> tuple[object, ...]:
+    cell = get_profile(profile_name).cell(a, b)
+    return (cell.later_fails, cell.exception, cell.effect)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("isolation", ["serializable", "snapshot"])
 def test_every_pair_of_the_profile_runs_for_real_and_divergences_are_listed(
     iceberg_engine: SparkEngine, isolation: str
 ) -> None:
-    rows = run_iceberg_conformance(isolation=isolation, spark_engine=iceberg_engine)
+    """CI's share of the full run (its time budget): all 144 pairs at serializable; at snapshot,
+    every pair with an INSERT INTO among the nine operations before issue 36 item 3 (an added data
+    file is the one thing the two levels tell apart, and every cell in which the two profiles
+    differ is among them: asserted below). The full 144 cells at both levels is ``occflow
+    conformance --engine spark-iceberg``; docs/conformance/spark-iceberg.md is such a run."""
     profile = get_profile(f"iceberg-{isolation}")
-    # Eight write operations and Iceberg's expire_snapshots (issue 36), every ordered pair.
-    assert Operation.EXPIRE_SNAPSHOTS in profile.operations
-    assert len(rows) == len(profile.operations) ** 2 == 81
-    assert {(r.earlier, r.later) for r in rows} == {(a, b) for a in profile.operations for b in profile.operations}
+    # Eight write operations, expire_snapshots and the three other maintenance operations.
+    assert len(profile.operations) == 12 and set(profile.operations) >= NEW_MAINTENANCE
+    every = [(a, b) for a in profile.operations for b in profile.operations]
+    differ = {(a, b) for a, b in every if _cell("iceberg-serializable", a, b) != _cell("iceberg-snapshot", a, b)}
+    if isolation == "serializable":
+        pairs = every
+    else:
+        pairs = [(a, b) for a, b in every if Operation.INSERT_INTO in (a, b) and not NEW_MAINTENANCE & {a, b}]
+        assert differ <= set(pairs), f"cells that differ by isolation level but are not raced: {differ - set(pairs)}"
+    rows = run_iceberg_conformance(pairs, isolation=isolation, spark_engine=iceberg_engine)
+    assert len(rows) == (144 if isolation == "serializable" else 17)
+    assert {(r.earlier, r.later) for r in rows} == set(pairs)
     for row in rows:
         # A later job that failed for a reason that is not a conflict means the experiment broke.
         assert "experiment invalid" not in row.note, row
@@ -72,5 +93,6 @@ def test_every_pair_of_the_profile_runs_for_real_and_divergences_are_listed(
     print(f"\niceberg-{isolation}: {len(rows)} cells covered, {len(diverging)} diverge")
     for r in diverging:
         print(f"  {r.earlier.value} -> {r.later.value}: predicted {r.predicted_kind}, observed {r.observed_kind}")
+    assert not diverging, "the profile's cells are what Iceberg did: docs/conformance/spark-iceberg.md"
     # The blind append is the one cell every Iceberg isolation level agrees on.
     assert not _by_pair(rows)[(Operation.INSERT_INTO.value, Operation.INSERT_INTO.value)].observed_fails

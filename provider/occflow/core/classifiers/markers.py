@@ -66,6 +66,7 @@ ICEBERG_EXC = "apache/iceberg api/src/main/java/org/apache/iceberg/exceptions/"
 PYICEBERG_EXC = "apache/iceberg-python pyiceberg/exceptions.py"
 ICEBERG_MSP = "apache/iceberg core/src/main/java/org/apache/iceberg/MergingSnapshotProducer.java"
 ICEBERG_MFM = "apache/iceberg core/src/main/java/org/apache/iceberg/ManifestFilterManager.java"
+ICEBERG_BRM = "apache/iceberg core/src/main/java/org/apache/iceberg/BaseRewriteManifests.java"
 ICEBERG_ROW_DELTA = (
     "apache/iceberg core/src/main/java/org/apache/iceberg/BaseRowDelta.java "
     "validateNoConflictingFileAndPositionDeletes (1.10, PR #12861)"
@@ -300,6 +301,13 @@ _ICEBERG_TEMPLATES: tuple[tuple[ConflictKind, str, str], ...] = (
         ICEBERG_MSP,
     ),
     (K.VALIDATION_CONFLICT, r"Missing required files to delete: ", ICEBERG_MFM),
+    # rewrite_manifests: a manifest it replaces was rewritten by a concurrent commit
+    # (BaseRewriteManifests.validateDeletedManifests; "Manifest is missing: " before Iceberg 1.6).
+    (
+        K.VALIDATION_CONFLICT,
+        r"Deleted manifest \S+ could not be found in the latest snapshot -?\d+|Manifest is missing: ",
+        ICEBERG_BRM,
+    ),
     # Iceberg 1.10 deletion vectors: a concurrent commit added a DV for a data file this commit
     # also writes a DV for (validateAddedDVs / validateConcurrentColocatedDVs).
     (K.VALIDATION_CONFLICT, r"Found concurrently added DV for \S+: ", ICEBERG_MSP),

@@ -36,6 +36,14 @@ bytecode of ``iceberg-spark-runtime-3.5_2.12-1.10.2.jar``:
   ``UpdateProperties`` through a table ``Transaction``, which refreshes and replays on
   ``CommitFailedException``; it writes no snapshot and data commits do not check the schema.
 
+- ``expire_snapshots``, ``remove_orphan_files``, ``rewrite_manifests``,
+  ``rewrite_position_deletes`` (table maintenance, the procedures of the same names): the first
+  commits ``RemoveSnapshots`` (no snapshot), the second commits nothing (it deletes files no metadata
+  of its table object references), the third a ``RewriteManifests`` ('replace': fails when a manifest
+  it replaces is gone, ``validateDeletedManifests``), the last a ``RewriteFiles`` of delete files
+  ('replace', ``failMissingDeletePaths``). Their cells are measured pair by pair (the conformance
+  runner); the harm beside a running job is in files no commit names (``deletes_files_in_use``).
+
 ``MergingSnapshotProducer.validateAddedDataFiles`` looks only at newer ``append`` and
 ``overwrite`` snapshots, so a compaction (``replace``) is never new data; the missing-files check
 looks at the live manifests, whatever removed the file.
@@ -85,6 +93,10 @@ class CommitApi(str, enum.Enum):
     REWRITE_FILES = "RewriteFiles"
     TABLE_METADATA = "Transaction (UpdateSchema / UpdateProperties)"
     EXPIRE_SNAPSHOTS = "ExpireSnapshots (RemoveSnapshots)"
+    # DeleteOrphanFilesSparkAction deletes files and commits nothing to the table.
+    DELETE_ORPHAN_FILES = "DeleteOrphanFiles (no commit)"
+    REWRITE_MANIFESTS = "RewriteManifests"
+    REWRITE_DELETE_FILES = "RewriteFiles (position delete files)"
 
 
 #: How Spark 3.5 commits each canonical operation on an Iceberg table (module docstring).
@@ -98,6 +110,9 @@ COMMIT_API: dict[Op, CommitApi] = {
     Op.OPTIMIZE: CommitApi.REWRITE_FILES,
     Op.ALTER_METADATA: CommitApi.TABLE_METADATA,
     Op.EXPIRE_SNAPSHOTS: CommitApi.EXPIRE_SNAPSHOTS,
+    Op.REMOVE_ORPHAN_FILES: CommitApi.DELETE_ORPHAN_FILES,
+    Op.REWRITE_MANIFESTS: CommitApi.REWRITE_MANIFESTS,
+    Op.REWRITE_POSITION_DELETES: CommitApi.REWRITE_DELETE_FILES,
 }
 
 # Iceberg's DataOperations: the ``operation`` a snapshot records.
@@ -113,6 +128,9 @@ _SNAPSHOT_OPERATION: dict[CommitApi, str | None] = {
     CommitApi.REWRITE_FILES: REPLACE,
     CommitApi.TABLE_METADATA: None,
     CommitApi.EXPIRE_SNAPSHOTS: None,
+    CommitApi.DELETE_ORPHAN_FILES: None,
+    CommitApi.REWRITE_MANIFESTS: REPLACE,
+    CommitApi.REWRITE_DELETE_FILES: REPLACE,
 }
 
 
@@ -135,6 +153,14 @@ class Looks(str, enum.Enum):
     ADDED_IN_SCOPE = "added"  # data files it added within the committing job's filter
     REMOVED_OF_MINE = "mine"  # data files it removed that the committing job also removes
     REMOVED_IN_SCOPE = "removed"  # data files it removed within the committing job's filter
+    # the manifests the committing job replaces: a newer snapshot that removed a data file (in any
+    # partition: a manifest holds many) rewrote the manifest holding it, and one that rewrote
+    # manifests itself (``MANIFEST_REWRITERS``) replaced them all
+    MANIFESTS_REPLACED = "manifests"
+    # the position delete files the committing job rewrites: a newer commit that dropped whole
+    # partitions (``DROPS_DELETE_FILES``) removed their delete files with their data files, and
+    # one that rewrote delete files itself replaced them
+    DELETE_FILES_REMOVED = "deletes"
 
 
 def conflict_scope(footprint: Footprint) -> frozenset[str] | None:
@@ -161,6 +187,15 @@ class Check:
             return ()
         if self.snapshot_operations is not None and operation not in self.snapshot_operations:
             return ()
+        if self.looks is Looks.MANIFESTS_REPLACED:
+            if COMMIT_API.get(winner.operation) in MANIFEST_REWRITERS:
+                return (FileRef(f"<every manifest, rewritten by {winner.operation.value}>"),)
+            return tuple(sorted(winner.files_removed - winner.files_added))
+        if self.looks is Looks.DELETE_FILES_REMOVED:
+            api = COMMIT_API.get(winner.operation)
+            if api is CommitApi.REWRITE_DELETE_FILES:
+                return (FileRef(f"<the delete files, rewritten by {winner.operation.value}>"),)
+            return tuple(sorted(winner.files_removed)) if api in DROPS_DELETE_FILES else ()
         if self.looks is Looks.REMOVED_OF_MINE:
             # Liveness, not removal: a winner that rewrote a file into itself left it live.
             return tuple(sorted((winner.files_removed - winner.files_added) & current.files_removed))
@@ -196,6 +231,33 @@ DELETED_DATA_FILES = Check(
     snapshot_operations=frozenset({OVERWRITE, REPLACE, DELETE}),
 )
 
+#: BaseRewriteManifests.apply -> validateDeletedManifests (iceberg 1.10.2 core, lines 171-174 and
+#: 290-297): every manifest the rewrite replaces must still be in the refreshed current snapshot.
+DELETED_MANIFESTS = Check(
+    method="BaseRewriteManifests.validateDeletedManifests",
+    message="Deleted manifest <manifest> could not be found in the latest snapshot",
+    looks=Looks.MANIFESTS_REPLACED,
+    snapshot_operations=None,
+)
+#: RewritePositionDeletesCommitManager.commit (iceberg 1.10.2 core, lines 65-80) -> BaseRewriteFiles
+#: (failMissingDeletePaths, lines 27-35): every delete file it rewrites must still be live. Spark
+#: rethrows it inside "Cannot commit rewrite because of a ValidationException ..." (seen in the runs).
+MISSING_DELETE_FILES = Check(
+    method="ManifestFilterManager.filterManifests -> validateRequiredDeletes (lines 228, 278; delete manifests)",
+    message="Missing required files to delete",
+    looks=Looks.DELETE_FILES_REMOVED,
+    snapshot_operations=None,
+)
+#: The commit paths that drop a partition's delete files with its data files: ReplacePartitions
+#: (dropPartition) and a metadata-only delete (deleteByRowFilter), both over the data and the
+#: delete manifests. A copy-on-write UPDATE / DELETE / MERGE or a rewrite_data_files leaves the
+#: position delete files of the data files it removed in place (measured: the rewrite commits).
+DROPS_DELETE_FILES = frozenset({CommitApi.REPLACE_PARTITIONS, CommitApi.DELETE_FILES})
+#: The commit path that replaces every data manifest without removing a data file. A rewrite of
+#: delete files replaces a delete manifest, which a table with one of them does not have rewritten
+#: (measured: a rewrite_manifests after a rewrite_position_delete_files commits).
+MANIFEST_REWRITERS = frozenset({CommitApi.REWRITE_MANIFESTS})
+
 # What each commit path validates, in Iceberg's order (validate() first, then apply()'s manifest
 # filter). MergingSnapshotProducer.validateNoNewDeletesForDataFiles is left out: copy-on-write
 # writers add no delete files, and Footprint has none to compare.
@@ -207,6 +269,10 @@ VALIDATIONS: dict[tuple[CommitApi, IsolationLevel], tuple[Check, ...]] = {
     # BaseRewriteFiles sets failMissingDeletePaths() in its constructor, at every level.
     (CommitApi.REWRITE_FILES, IsolationLevel.SERIALIZABLE): (MISSING_FILES_TO_DELETE,),
     (CommitApi.REWRITE_FILES, IsolationLevel.SNAPSHOT): (MISSING_FILES_TO_DELETE,),
+    (CommitApi.REWRITE_MANIFESTS, IsolationLevel.SERIALIZABLE): (DELETED_MANIFESTS,),
+    (CommitApi.REWRITE_MANIFESTS, IsolationLevel.SNAPSHOT): (DELETED_MANIFESTS,),
+    (CommitApi.REWRITE_DELETE_FILES, IsolationLevel.SERIALIZABLE): (MISSING_DELETE_FILES,),
+    (CommitApi.REWRITE_DELETE_FILES, IsolationLevel.SNAPSHOT): (MISSING_DELETE_FILES,),
     # No validation: appends, SQL overwrites (no isolation-level write option), metadata deletes
     # by filter and metadata transactions never fail validation.
 }
@@ -270,6 +336,8 @@ class Outcome:
 FAILS_ADDED = Outcome(Effect.LATER_FAILS, ADDED_DATA_FILES)
 FAILS_MISSING = Outcome(Effect.LATER_FAILS, MISSING_FILES_TO_DELETE)
 FAILS_DELETED = Outcome(Effect.LATER_FAILS, DELETED_DATA_FILES)
+FAILS_MANIFESTS = Outcome(Effect.LATER_FAILS, DELETED_MANIFESTS)
+FAILS_DELETE_FILES = Outcome(Effect.LATER_FAILS, MISSING_DELETE_FILES)
 APPENDS = Outcome(Effect.APPEND)
 OVERWRITES = Outcome(Effect.OVERWRITE)
 APPLIES = Outcome(Effect.APPLIED)
@@ -295,6 +363,18 @@ _BY_LATER = {
         "SparkProcedures expire_snapshots -> RemoveSnapshots.commit: refreshes and re-applies on "
         "retry, no data validation"
     ),
+    Op.REMOVE_ORPHAN_FILES: (
+        "SparkProcedures remove_orphan_files -> DeleteOrphanFilesSparkAction: lists the table location, "
+        "deletes files older than older_than that no metadata of its table object references; no commit"
+    ),
+    Op.REWRITE_MANIFESTS: (
+        "SparkProcedures rewrite_manifests -> RewriteManifestsSparkAction.replaceManifests -> "
+        "BaseRewriteManifests.apply (validateDeletedManifests)"
+    ),
+    Op.REWRITE_POSITION_DELETES: (
+        "SparkProcedures rewrite_position_delete_files -> RewritePositionDeleteFilesSparkAction -> "
+        "RewritePositionDeletesCommitManager.commit -> BaseRewriteFiles of delete files (failMissingDeletePaths)"
+    ),
 }
 # The earlier job's snapshot, which is what the later job's checks inspect.
 _BY_EARLIER = {
@@ -310,6 +390,9 @@ _BY_EARLIER = {
         "earlier: expire_snapshots, new table metadata without the expired snapshots (and their "
         "files deleted), no snapshot"
     ),
+    Op.REMOVE_ORPHAN_FILES: "earlier: remove_orphan_files, files deleted, no new metadata",
+    Op.REWRITE_MANIFESTS: "earlier: 'replace' snapshot (RewriteManifests) replacing manifests, no data file",
+    Op.REWRITE_POSITION_DELETES: "earlier: 'replace' snapshot (RewriteFiles) replacing a position delete file",
 }
 
 UNSURE = "UNSURE: "
@@ -347,9 +430,9 @@ SPARK_CHECKED: frozenset[tuple[IsolationLevel, Op, Op]] = frozenset(
         (_S, Op.ALTER_METADATA, Op.ALTER_METADATA),
     }
 )
-#: The expire_snapshots pairs, raced by the conformance runner at both levels (all commit).
+#: The pairs with a maintenance operation, raced by the conformance runner at both levels.
 SPARK_CHECKED = SPARK_CHECKED | {
-    (level, a, b) for level in (_S, _N) for a in COMMIT_API for b in COMMIT_API if Op.EXPIRE_SNAPSHOTS in (a, b)
+    (level, a, b) for level in (_S, _N) for a in COMMIT_API for b in COMMIT_API if (a.is_maintenance or b.is_maintenance)
 }
 _NOTE_OVERWRITE = (
     "SQL INSERT OVERWRITE passes no isolation-level write option, so nothing is validated "
@@ -408,6 +491,67 @@ _NOTE_EXPIRE_IN_USE = (
     "'Cannot determine history between starting snapshot ... and the last known ancestor ...' and "
     "deletes the files its scan reads (observed: tests/engines/test_maintenance_iceberg.py); "
     "admission keeps them apart."
+)
+
+_MAINTENANCE_REWRITES = (Op.REWRITE_MANIFESTS, Op.REWRITE_POSITION_DELETES)
+# Measured on Spark 3.5.9 + Iceberg 1.10.2 at both levels (the conformance runner).
+_REPLACES_MANIFESTS = (
+    Op.INSERT_OVERWRITE, Op.TRUNCATE, Op.UPDATE, Op.DELETE, Op.MERGE, Op.OPTIMIZE, Op.REWRITE_MANIFESTS,
+)
+_KEEPS_MANIFESTS = (Op.INSERT_INTO, Op.ALTER_METADATA, Op.EXPIRE_SNAPSHOTS)
+_REMOVES_DELETES = (Op.INSERT_OVERWRITE, Op.TRUNCATE, Op.REWRITE_POSITION_DELETES)
+_KEEPS_DELETES = (Op.INSERT_INTO, Op.UPDATE, Op.DELETE, Op.MERGE, Op.OPTIMIZE, Op.ALTER_METADATA)
+_OLD_NINE = (*_READS_NO_FILE, *_VALIDATES_FROM_SNAPSHOT, Op.EXPIRE_SNAPSHOTS)
+_NOTE_ORPHANS = (
+    "Both commit (measured: remove_orphan_files commits nothing, and the race's files are younger "
+    "than its older_than). The harm is in files no commit names yet: a running job's data files, "
+    "manifests, manifest list and metadata file are orphans until it commits, and "
+    "DeleteOrphanFilesSparkAction.validFileIdentDS (iceberg 1.10.2, lines 282-286) takes the valid "
+    "files from the metadata its table object holds, never refreshed: with an older_than later than "
+    "the other job's first written file it deletes that job's files and the table loses data files "
+    "or its current metadata (deletes_files_in_use). The procedure refuses an older_than under 24 "
+    "hours (RemoveOrphanFilesProcedure.validateInterval, lines 213-215), the Action API does not, "
+    "occflow refuses under 72 (RETENTION_FLOORS); admission keeps it apart from every commit."
+)
+_NOTE_ORPHANS_ALONE = (
+    "Both run (measured): neither commits or writes a file; the second finds the orphans gone."
+)
+_NOTE_MANIFESTS_LATER = (
+    "rewrite_manifests (RewriteManifestsSparkAction.replaceManifests, lines 399-418) plans on the "
+    "manifests of its start snapshot (the data manifests, and the delete manifests when there are "
+    "several); a newer commit that replaced one (a removed data file filters its manifest into a new "
+    "one, in any partition) fails it at commit: it does not rebase. It walks no snapshot history."
+)
+_NOTE_MANIFESTS_AFTER_DELETES = (
+    "Both commit (measured): the delete-file rewrite replaced the table's one delete manifest, which "
+    "rewrite_manifests leaves as it is (a single manifest of a kind is not rewritten: "
+    "RewriteManifestsSparkAction.rewriteManifests). On a table with several delete manifests, which it "
+    "rewrites too, it would fail in validateDeletedManifests (a validation_conflict, retried): read "
+    "from the source, not measured."
+)
+_NOTE_MANIFESTS_OK = (
+    "Both commit (measured): the earlier commit left every manifest the rewrite replaces in place "
+    "(an append adds a manifest, a metadata change or expire_snapshots keeps the current one)."
+)
+_NOTE_MANIFESTS_EARLIER = (
+    "Both commit (measured): rewrite_manifests writes a 'replace' snapshot that removes and adds no "
+    "data file (the entries move to new manifests as EXISTING), so no data validation finds anything."
+)
+_NOTE_DELETES_LATER = (
+    "rewrite_position_delete_files (RewritePositionDeletesCommitManager.commit, lines 65-80) commits "
+    "a RewriteFiles of delete files with validateFromSnapshot(start): BaseRewriteFiles sets "
+    "failMissingDeletePaths (lines 27-35), so a delete file it rewrites that a newer commit removed "
+    "fails it ('Missing required files to delete'); like any rewrite it is a ValidationException."
+)
+_NOTE_DELETES_EARLIER = (
+    "Both commit (measured): rewrite_position_delete_files writes a 'replace' snapshot of delete "
+    "files only; the data files the later job reads are untouched."
+)
+_NOTE_DELETES_EXPIRE = (
+    "Both commit from one snapshot (measured); but the rewrite validates from the snapshot it planned "
+    "on, so an expire_snapshots that removes that snapshot's successors fails it with 'Cannot "
+    "determine history between starting snapshot ...' and deletes the files it reads, as for "
+    "rewrite_data_files (tests/engines/test_maintenance_iceberg.py): admission keeps them apart."
 )
 
 # (earlier job, later job, serializable, snapshot, note) -- the 64 pairs on one partition p.
@@ -499,6 +643,36 @@ ICEBERG_MATRIX: tuple[tuple[Op, Op, Outcome, Outcome, str], ...] = (
     (Op.EXPIRE_SNAPSHOTS, Op.ALTER_METADATA, APPLIES, APPLIES, _NOTE_EXPIRE_SAFE),
     *((Op.EXPIRE_SNAPSHOTS, x, IN_USE, IN_USE, _NOTE_EXPIRE_IN_USE) for x in _VALIDATES_FROM_SNAPSHOT),
     (Op.EXPIRE_SNAPSHOTS, Op.EXPIRE_SNAPSHOTS, APPLIES, APPLIES, _NOTE_EXPIRE_SAFE),
+    # remove_orphan_files (issue 36): measured pair by pair on Spark 3.5.9 + Iceberg 1.10.2, both
+    # always commit; kept apart from every job that commits, for the files it has not committed yet.
+    *((x, Op.REMOVE_ORPHAN_FILES, IN_USE, IN_USE, _NOTE_ORPHANS) for x in (*_OLD_NINE, *_MAINTENANCE_REWRITES)),
+    *((Op.REMOVE_ORPHAN_FILES, x, IN_USE, IN_USE, _NOTE_ORPHANS) for x in (*_OLD_NINE, *_MAINTENANCE_REWRITES)),
+    (Op.REMOVE_ORPHAN_FILES, Op.REMOVE_ORPHAN_FILES, APPLIES, APPLIES, _NOTE_ORPHANS_ALONE),
+    # rewrite_manifests, later: fails where the earlier commit replaced a manifest (measured).
+    *((x, Op.REWRITE_MANIFESTS, FAILS_MANIFESTS, FAILS_MANIFESTS, _NOTE_MANIFESTS_LATER) for x in _REPLACES_MANIFESTS),
+    *((x, Op.REWRITE_MANIFESTS, COMPACTS, COMPACTS, _NOTE_MANIFESTS_OK) for x in _KEEPS_MANIFESTS),
+    # rewrite_manifests, earlier: the later job commits as after any commit that changes no data.
+    (Op.REWRITE_MANIFESTS, Op.INSERT_INTO, APPENDS, APPENDS, _NOTE_MANIFESTS_EARLIER),
+    (Op.REWRITE_MANIFESTS, Op.INSERT_OVERWRITE, OVERWRITES, OVERWRITES, _NOTE_MANIFESTS_EARLIER),
+    (Op.REWRITE_MANIFESTS, Op.TRUNCATE, OVERWRITES, OVERWRITES, _NOTE_MANIFESTS_EARLIER),
+    *((Op.REWRITE_MANIFESTS, x, APPLIES, APPLIES, _NOTE_MANIFESTS_EARLIER) for x in (Op.UPDATE, Op.DELETE, Op.MERGE)),
+    (Op.REWRITE_MANIFESTS, Op.OPTIMIZE, COMPACTS, COMPACTS, _NOTE_MANIFESTS_EARLIER),
+    (Op.REWRITE_MANIFESTS, Op.ALTER_METADATA, APPLIES, APPLIES, _NOTE_MANIFESTS_EARLIER),
+    (Op.REWRITE_MANIFESTS, Op.EXPIRE_SNAPSHOTS, APPLIES, APPLIES, _NOTE_MANIFESTS_EARLIER),
+    (Op.REWRITE_MANIFESTS, Op.REWRITE_POSITION_DELETES, COMPACTS, COMPACTS, _NOTE_MANIFESTS_EARLIER),
+    # rewrite_position_deletes, later: fails where the earlier commit removed the delete file.
+    *((x, Op.REWRITE_POSITION_DELETES, FAILS_DELETE_FILES, FAILS_DELETE_FILES, _NOTE_DELETES_LATER) for x in _REMOVES_DELETES),
+    *((x, Op.REWRITE_POSITION_DELETES, COMPACTS, COMPACTS, _NOTE_DELETES_LATER) for x in _KEEPS_DELETES),
+    (Op.EXPIRE_SNAPSHOTS, Op.REWRITE_POSITION_DELETES, IN_USE, IN_USE, _NOTE_DELETES_EXPIRE),
+    # rewrite_position_deletes, earlier.
+    (Op.REWRITE_POSITION_DELETES, Op.INSERT_INTO, APPENDS, APPENDS, _NOTE_DELETES_EARLIER),
+    (Op.REWRITE_POSITION_DELETES, Op.INSERT_OVERWRITE, OVERWRITES, OVERWRITES, _NOTE_DELETES_EARLIER),
+    (Op.REWRITE_POSITION_DELETES, Op.TRUNCATE, OVERWRITES, OVERWRITES, _NOTE_DELETES_EARLIER),
+    *((Op.REWRITE_POSITION_DELETES, x, APPLIES, APPLIES, _NOTE_DELETES_EARLIER) for x in (Op.UPDATE, Op.DELETE, Op.MERGE)),
+    (Op.REWRITE_POSITION_DELETES, Op.OPTIMIZE, COMPACTS, COMPACTS, _NOTE_DELETES_EARLIER),
+    (Op.REWRITE_POSITION_DELETES, Op.ALTER_METADATA, APPLIES, APPLIES, _NOTE_DELETES_EARLIER),
+    (Op.REWRITE_POSITION_DELETES, Op.EXPIRE_SNAPSHOTS, IN_USE, IN_USE, _NOTE_DELETES_EXPIRE),
+    (Op.REWRITE_POSITION_DELETES, Op.REWRITE_MANIFESTS, COMPACTS, COMPACTS, _NOTE_MANIFESTS_AFTER_DELETES),
 )
 
 
@@ -605,6 +779,13 @@ _EXPIRE_WHOLE_TABLE = (
     "apache/iceberg core/src/main/java/org/apache/iceberg/RemoveSnapshots.java: expire_snapshots "
     "removes snapshots of the whole table and deletes the files of every partition only they reference"
 )
+#: Table maintenance works on the whole table, whatever partitions it was declared with.
+_MAINTENANCE_OPS = (Op.EXPIRE_SNAPSHOTS, Op.REMOVE_ORPHAN_FILES, Op.REWRITE_MANIFESTS, Op.REWRITE_POSITION_DELETES)
+_MAINTENANCE_WHOLE_TABLE = (
+    f"{_EXPIRE_WHOLE_TABLE}; DeleteOrphanFilesSparkAction lists the whole table location; "
+    "RewriteManifestsSparkAction rewrites the manifests of every partition (a manifest holds many), "
+    "and the rewrite_position_delete_files procedure without a where filter the delete files of all"
+)
 
 ICEBERG_SERIALIZABLE = Profile(
     name="iceberg-serializable",
@@ -622,8 +803,8 @@ ICEBERG_SERIALIZABLE = Profile(
         "validation. Validation is scoped by the scan filter: disjoint partitions never conflict."
     ),
     extra_kinds=_EXTRA,
-    reads_whole_table=(Op.EXPIRE_SNAPSHOTS,),
-    reads_whole_table_source=_EXPIRE_WHOLE_TABLE,
+    reads_whole_table=_MAINTENANCE_OPS,
+    reads_whole_table_source=_MAINTENANCE_WHOLE_TABLE,
     validator=iceberg_validator(IsolationLevel.SERIALIZABLE),
 )
 
@@ -642,8 +823,8 @@ ICEBERG_SNAPSHOT = Profile(
         "still fails when a file it read was removed."
     ),
     extra_kinds=_EXTRA,
-    reads_whole_table=(Op.EXPIRE_SNAPSHOTS,),
-    reads_whole_table_source=_EXPIRE_WHOLE_TABLE,
+    reads_whole_table=_MAINTENANCE_OPS,
+    reads_whole_table_source=_MAINTENANCE_WHOLE_TABLE,
     validator=iceberg_validator(IsolationLevel.SNAPSHOT),
 )
 
@@ -667,6 +848,12 @@ VALIDATED_OVERWRITE_COLUMN: tuple[tuple[Op, Outcome, Outcome], ...] = (
     (Op.ALTER_METADATA, OVERWRITES, OVERWRITES),
     # validate-from-snapshot-id names the snapshot it read: an expire of its successors fails it
     (Op.EXPIRE_SNAPSHOTS, IN_USE, IN_USE),
+    # its files are orphans until it commits, as in the base matrix
+    (Op.REMOVE_ORPHAN_FILES, IN_USE, IN_USE),
+    # 'replace' snapshots that remove no data file; a rewritten delete file is not a new delete
+    # for validateNoNewDeleteFiles, which looks at overwrite and delete snapshots only
+    (Op.REWRITE_MANIFESTS, OVERWRITES, OVERWRITES),
+    (Op.REWRITE_POSITION_DELETES, OVERWRITES, OVERWRITES),
 )
 #: Run on real Spark 3.5 + Iceberg 1.10.2 by tests/conformance_upstream/test_iceberg_validation.py.
 VALIDATED_SPARK_CHECKED: frozenset[tuple[IsolationLevel, Op]] = frozenset({(_S, Op.INSERT_INTO)})
@@ -749,8 +936,8 @@ def _validated(base: Profile, level: IsolationLevel) -> Profile:
             )
         ),
         extra_kinds=_EXTRA,
-        reads_whole_table=(Op.EXPIRE_SNAPSHOTS,),
-    reads_whole_table_source=_EXPIRE_WHOLE_TABLE,
+        reads_whole_table=_MAINTENANCE_OPS,
+        reads_whole_table_source=_MAINTENANCE_WHOLE_TABLE,
     validator=iceberg_validator(level, overwrite_option=True),
     )
 

@@ -11,20 +11,31 @@ re-implemented here: what is recorded is what Iceberg did.
 
 Every operation touches the same partition ``ds = 'p'`` (a second partition ``q`` is left alone),
 with predicates Iceberg cannot prune by column statistics, so "same partition" means the same
-thing it means in the profile's matrix.
+thing it means in the profile's matrix. Table maintenance works on the whole table.
+
+A pair with a maintenance operation gets what that operation needs to do real work, before S0 is
+pinned (``IcebergPairRunner._setup``): ``rewrite_manifests`` a second data manifest (one manifest alone is left as it
+is), ``rewrite_position_deletes`` a position delete file in ``p`` (written by a merge-on-read DELETE;
+the table goes back to copy-on-write, so the other job commits as in every other pair),
+``remove_orphan_files`` a file in ``p``'s data directory that no metadata references, dated ten
+days back (the procedure refuses an ``older_than`` under 24 hours). An earlier maintenance job that
+did nothing (no manifest or delete file rewritten, the orphan still there) breaks the experiment.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import re
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from ...core.kinds import ConflictKind
 from ...core.operations import Operation
@@ -70,14 +81,40 @@ OPERATION_SQL: Mapping[Operation, str] = {
         "CALL {catalog}.system.expire_snapshots(table => '{ident}', "
         "older_than => TIMESTAMP '2999-01-01 00:00:00', retain_last => 1)"
     ),
+    # older_than is four days back (above the 72-hour floor occflow checks), the orphan ten.
+    Operation.REMOVE_ORPHAN_FILES: (
+        "CALL {catalog}.system.remove_orphan_files(table => '{ident}', older_than => TIMESTAMP '{older_than}')"
+    ),
+    Operation.REWRITE_MANIFESTS: "CALL {catalog}.system.rewrite_manifests(table => '{ident}')",
+    # rewrite-all: one delete file is below the action's min-input-files.
+    Operation.REWRITE_POSITION_DELETES: (
+        "CALL {catalog}.system.rewrite_position_delete_files(table => '{ident}', "
+        "options => map('rewrite-all', 'true'))"
+    ),
 }
+
+#: What an earlier maintenance job must have done for the pair to prove anything: the column of
+#: the procedure's result that counts its work (``remove_orphan_files`` is checked on the file).
+WORK_DONE: Mapping[Operation, str] = {
+    Operation.REWRITE_MANIFESTS: "rewritten_manifests_count",
+    Operation.REWRITE_POSITION_DELETES: "rewritten_delete_files_count",
+}
+ORPHAN_AGE = timedelta(days=10)
+ORPHAN_OLDER_THAN = timedelta(days=4)
 
 _counter = itertools.count()
 
 
 def _sql(op: Operation, table: str, role: str) -> str:
     ident = table.split(".", 1)[1]
-    return OPERATION_SQL[op].format(t=table, ident=ident, catalog=CATALOG, role=role)
+    older_than = (datetime.now(timezone.utc) - ORPHAN_OLDER_THAN).strftime("%Y-%m-%d %H:%M:%S")
+    return OPERATION_SQL[op].format(t=table, ident=ident, catalog=CATALOG, role=role, older_than=older_than)
+
+
+def _local_path(uri: str) -> Path:
+    """A ``file:`` URI (or a plain path) of the local warehouse as a path."""
+    parsed = urlparse(uri)
+    return Path(unquote(parsed.path if parsed.scheme in ("file", "") else uri))
 
 
 class IcebergPairRunner:
@@ -103,6 +140,7 @@ class IcebergPairRunner:
             properties={"cache.expiration-interval-ms": "-1"},
         )
         self.catalog.prepare()
+        self._orphan: Path | None = None
 
     def _session(self) -> Any:
         """A new session of the engine's Spark context with the conformance catalog registered."""
@@ -122,7 +160,37 @@ class IcebergPairRunner:
             f"'write.merge.isolation-level' = {level})"
         )
         session.sql(f"INSERT INTO {table} VALUES (1, 'p', 1), (2, 'p', 2), (3, 'p', 3), (4, 'p', 4), (5, 'q', 5)")
+        self._orphan = None
+        self._setup(session, table, {earlier, later})
         return table
+
+    def _setup(self, session: Any, table: str, ops: set[Operation]) -> None:
+        """What the pair's maintenance operations need to do real work (the module's docstring)."""
+        if Operation.REWRITE_MANIFESTS in ops:
+            session.sql(f"INSERT INTO {table} VALUES (6, 'q', 6)")  # a second data manifest
+        if Operation.REWRITE_POSITION_DELETES in ops:
+            session.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('write.delete.mode' = 'merge-on-read')")
+            session.sql(f"DELETE FROM {table} WHERE ds = 'p' AND id = 2")
+            session.sql(f"ALTER TABLE {table} UNSET TBLPROPERTIES ('write.delete.mode')")
+        if Operation.REMOVE_ORPHAN_FILES in ops:
+            first = session.sql(f"SELECT file_path FROM {table}.files WHERE partition.ds = 'p' LIMIT 1").collect()
+            orphan = _local_path(str(first[0][0])).parent / f"orphan-{next(_counter)}.parquet"
+            orphan.write_bytes(b"no metadata references this file")
+            stamp = (datetime.now(timezone.utc) - ORPHAN_AGE).timestamp()
+            os.utime(orphan, (stamp, stamp))
+            self._orphan = orphan
+
+    def _did_nothing(self, op: Operation, result: Any) -> str | None:
+        """Why an earlier maintenance job proves nothing (it did no work), or None."""
+        if op is Operation.REMOVE_ORPHAN_FILES and self._orphan is not None and self._orphan.exists():
+            return f"remove_orphan_files left the orphan {self._orphan.name}"
+        column = WORK_DONE.get(op)
+        if column is not None:
+            rows = result.collect()
+            done = int(rows[0][column]) if rows else 0
+            if done == 0:
+                return f"{op.value} reports {column} = 0"
+        return None
 
     def run_pair(self, earlier: Operation, later: Operation) -> Observation:
         start = time.perf_counter()
@@ -133,21 +201,25 @@ class IcebergPairRunner:
             # Pin the later job to S0: its catalog caches the table as it is now.
             later_session.sql(f"SELECT count(*) FROM {table}").collect()
             try:
-                earlier_session.sql(_sql(earlier, table, "earlier"))
+                idle = self._did_nothing(earlier, earlier_session.sql(_sql(earlier, table, "earlier")))
             except Exception as exc:  # the experiment broke: report it, never count it
                 info = error_info(exc)
+                idle = f"{info.exception_class}: {info.messages[0] if info.messages else ''}"
+            if idle is not None:
                 return Observation(
                     later_committed=False,
                     earlier_committed=False,
-                    earlier_error=f"{info.exception_class}: {info.messages[0] if info.messages else ''}",
+                    earlier_error=idle,
                     seconds=time.perf_counter() - start,
                 )
             outcome = self.spark_engine.run(_sql(later, table, "later"), table, later, session=later_session)
+            left = self._orphan is not None and self._orphan.exists() and later is Operation.REMOVE_ORPHAN_FILES
         finally:
             _drop_quietly(earlier_session, table)
         seconds = time.perf_counter() - start
         if outcome.committed:
-            return Observation(later_committed=True, seconds=seconds)
+            note = "remove_orphan_files (later) left the orphan" if left else ""
+            return Observation(later_committed=True, seconds=seconds, note=note)
         err = outcome.error
         text = None if err is None else f"{err.exception_class}: {_first_line(err.messages)}"
         kind = None if outcome.classification is None else outcome.classification.kind
@@ -199,7 +271,7 @@ def run_iceberg_conformance(
     workdir: Path | None = None,
     spark_engine: SparkEngine | None = None,
 ) -> list[ConformanceRow]:
-    """Run ``pairs`` (default: all 64 of the profile) and compare with the isolation's profile."""
+    """Run ``pairs`` (default: every pair of the profile's operations) and compare with the isolation's profile."""
     profile = get_profile(ISOLATION_PROFILES.get(isolation, f"iceberg-{isolation}"))
     only = None if pairs is None else [(profile.operation(a), profile.operation(b)) for a, b in pairs]
     with tempfile.TemporaryDirectory(prefix="occflow-iceberg-conformance-") as tmp:
