@@ -161,7 +161,11 @@ def _commit_expire(table: PyIcebergTable, loaded: Table, props: dict[str, str], 
             # Another expire removed one of these snapshots since this one planned: nothing was
             # committed (the catalog refused the update); plan again on the table as it is now,
             # as Java's RemoveSnapshots refreshes and re-applies.
-            loaded = table.load()
+            # The fresh handle commits through the same catalog as ``loaded`` (during the write
+            # ``_run`` made it the one that checks the lease right before the commit: fence.py).
+            fresh = table.load()
+            fresh.catalog = loaded.catalog
+            loaded = fresh
             continue
         return ids
     raise RuntimeError(

@@ -33,6 +33,7 @@ from .commit import (
     metadata_number,
     schema_change_properties,
 )
+from .fence import commit_checked
 from .winner import find_winner
 
 if TYPE_CHECKING:
@@ -277,8 +278,11 @@ class PyIcebergTable:
                 tag["read_snapshot"] = str(read_id)  # payload for the report
             props = options.properties(commit_id)
             if options.before_commit is not None:
-                options.before_commit()  # the lease is live and no other try committed this write
-            result = fn(table, props)
+                options.before_commit()  # refused before any file is written
+            # And again right before each catalog commit (a retry's too): the write may stall in
+            # between past its lease's TTL (``fence.py``, with the window that remains).
+            with commit_checked(table, options.before_commit):
+                result = fn(table, props)
         except (InvalidDeclarationError, CommitRefused):
             raise  # a refused commit is the caller's decision; bad input is the user's to fix
         except Exception as exc:  # noqa: BLE001 - every engine failure becomes an outcome
