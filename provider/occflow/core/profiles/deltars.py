@@ -320,7 +320,13 @@ N_VACUUM_IN_USE = (
 )
 N_VACUUM_FAILS = (
     "VACUUM's START commit counts every file as read: planned before a data-changing removal it fails "
-    "and deletes nothing"
+    "and deletes nothing; differs from delta-spark (delta-write-serializable, delta-serializable), "
+    "whose VACUUM START commits at the latest version and never fails"
+)
+N_VACUUM_AFTER_ALTER = (
+    "differs from delta-spark (delta-write-serializable, delta-serializable): delta-rs's VACUUM START "
+    "planned before a metadata change fails its first commit and deletes nothing; delta-spark's "
+    "commits at the latest version"
 )
 N_VACUUM_NO_FILES = "an ALTER reads no data file; two VACUUMs delete the same unreferenced files and both commit"
 IN_USE: Outcome = (None, Effect.DELETES_FILES_IN_USE)
@@ -330,7 +336,7 @@ VACUUM_MATRIX: tuple[tuple[Operation, Operation, Outcome, str, str], ...] = (
     *((remover, Op.VACUUM, DELETE_READ, S_VACUUM_READS_ALL, N_VACUUM_FAILS) for remover in _DATA_REMOVERS),
     (Op.INSERT_INTO, Op.VACUUM, IN_USE, S_VACUUM_COMMITS, N_VACUUM_IN_USE),
     (Op.OPTIMIZE, Op.VACUUM, IN_USE, f"{S_VACUUM}; {S_DC_FALSE}", N_VACUUM_IN_USE),
-    (Op.ALTER_METADATA, Op.VACUUM, META, S_VACUUM_META, ""),
+    (Op.ALTER_METADATA, Op.VACUUM, META, S_VACUUM_META, N_VACUUM_AFTER_ALTER),
     *((Op.VACUUM, peer, IN_USE, S_VACUUM_COMMITS, N_VACUUM_IN_USE) for peer in _VACUUM_PEERS),
     (Op.VACUUM, Op.ALTER_METADATA, OK_APPLIED, S_VACUUM_COMMITS, N_VACUUM_NO_FILES),
     (Op.VACUUM, Op.VACUUM, OK_APPLIED, S_VACUUM_COMMITS, N_VACUUM_NO_FILES),
