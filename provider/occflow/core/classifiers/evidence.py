@@ -41,7 +41,7 @@ class Frame:
     message: str
 
 
-def _call(obj: Any, name: str) -> Any:
+def call_getter(obj: Any, name: str) -> Any:
     """Call a zero-argument method if it exists; a dead py4j gateway or a missing method gives None."""
     method = getattr(obj, name, None)
     if not callable(method):
@@ -58,10 +58,10 @@ def _java_frames(throwable: Any, frames: list[Frame]) -> None:
     for _ in range(MAX_JAVA_DEPTH):
         if current is None:
             break
-        cls = _call(current, "getClass")
-        name = _call(cls, "getName") if cls is not None else None
-        message = _call(current, "getMessage")
-        error_class = _call(current, "getErrorClass")
+        cls = call_getter(current, "getClass")
+        name = call_getter(cls, "getName") if cls is not None else None
+        message = call_getter(current, "getMessage")
+        error_class = call_getter(current, "getErrorClass")
         frames.append(
             Frame(
                 classes=(str(name),) if name else (),
@@ -69,7 +69,7 @@ def _java_frames(throwable: Any, frames: list[Frame]) -> None:
                 message=str(message)[-MAX_TEXT:] if message else "",
             )
         )
-        cause = _call(current, "getCause")
+        cause = call_getter(current, "getCause")
         if cause is None or cause is current:
             break
         current = cause
@@ -84,12 +84,19 @@ def _python_class_names(error: BaseException) -> tuple[str, ...]:
     return tuple(names)
 
 
+def spark_condition(error: object) -> str | None:
+    """Spark's error class of a PySpark exception (in-process or Spark Connect): ``getCondition()``
+    on PySpark 4, which deprecates ``getErrorClass`` (a FutureWarning on every call), else 3.5's
+    ``getErrorClass()``."""
+    name = "getCondition" if hasattr(error, "getCondition") else "getErrorClass"
+    value = call_getter(error, name)
+    return value if isinstance(value, str) and value else None
+
+
 def _python_error_class(error: BaseException) -> str | None:
-    # PySpark 4 deprecates getErrorClass (a FutureWarning on every call): only where there is no getCondition.
-    for name in ("getCondition",) if hasattr(error, "getCondition") else ("getErrorClass",):
-        value = _call(error, name)
-        if isinstance(value, str) and value:
-            return value
+    condition = spark_condition(error)
+    if condition is not None:
+        return condition
     # PyODPS keeps the ODPS code (or a tunnel error code) on ``code``.
     code = getattr(error, "code", None)
     if isinstance(code, str) and code:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
+from ...core.classifiers.evidence import call_getter, spark_condition
 from ..outcome import ErrorInfo
 
 #: Where PySpark's Connect exceptions live; checked by module so nothing of PySpark is imported.
@@ -33,14 +33,6 @@ def is_connect_error(exc: BaseException) -> bool:
     return type(exc).__module__ == CONNECT_ERRORS_MODULE
 
 
-def _call(exc: BaseException, name: str) -> Any:
-    method = getattr(exc, name, None)
-    try:
-        return method() if callable(method) else None
-    except Exception:  # noqa: BLE001 - a getter that fails tells nothing; the message still does
-        return None
-
-
 def connect_error_info(exc: BaseException) -> ErrorInfo | None:
     """``exc`` as an ``ErrorInfo``: the server's Java class first (its stack's first line, else the
     reason in the message), its causes' classes and messages from the stack, Spark's error class,
@@ -50,7 +42,7 @@ def connect_error_info(exc: BaseException) -> ErrorInfo | None:
         return None
     text = str(exc)
     message, _, stack = text.partition(STACK_HEADER)
-    stack = stack or str(_call(exc, "getStackTrace") or "")
+    stack = stack or str(call_getter(exc, "getStackTrace") or "")
     first = stack.split("\n", 1)[0].strip()
     reason = _REASON.match(message)
     python_class = f"{type(exc).__module__}.{type(exc).__qualname__}"
@@ -58,22 +50,21 @@ def connect_error_info(exc: BaseException) -> ErrorInfo | None:
     if reason is not None and reason.group(1) == top:  # the class is the record's own: said once
         message = message[reason.end():]
     causes = [(m.group(1), m.group(2) or "") for m in _CAUSED_BY.finditer(stack)]
-    # getCondition is PySpark 4's name; getErrorClass (3.5's) warns on 4.
-    condition = _call(exc, "getCondition") if hasattr(exc, "getCondition") else _call(exc, "getErrorClass")
+    condition = spark_condition(exc)
     details = [f"through Spark Connect as {python_class}"]
-    status = _call(exc, "getGrpcStatusCode")
+    status = call_getter(exc, "getGrpcStatusCode")
     if status is not None:
         details.append(f"gRPC {getattr(status, 'name', status)}")
-    sql_state = _call(exc, "getSqlState")
+    sql_state = call_getter(exc, "getSqlState")
     if sql_state:
         details.append(f"SQLSTATE {sql_state}")
-    parameters = _call(exc, "getMessageParameters")
+    parameters = call_getter(exc, "getMessageParameters")
     if parameters:
         details.append(f"message parameters {json.dumps(dict(parameters), sort_keys=True)}")
     return ErrorInfo(
         exception_class=top,
         messages=(message, *(m for _, m in causes), "; ".join(details)),
-        error_class=str(condition) if condition else None,
+        error_class=condition,
         cause_classes=tuple(c for c, _ in causes),
     )
 
